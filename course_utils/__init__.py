@@ -1,0 +1,16 @@
+"""Helpers for the Ray Train course: plumbing the notebooks import so they can show only what
+each lesson teaches. Importing this package does no work: no Ray start, no downloads."""
+
+__all__ = [
+    "bench",
+    "checkpoints",
+    "config",
+    "data",
+    "device",
+    "faults",
+    "history",
+    "model",
+    "plots",
+    "session",
+    "training",
+]

@@ -1,0 +1,162 @@
+"""Training state on disk: rank 0 writes, every rank reports, loads are ``weights_only``.
+
+A checkpoint directory holds ``state.pt`` (model, optimizer, epoch, metric history, RNG
+states: everything exact resumption needs) and ``history.json`` (the same history, readable).
+It is written into a fresh temp dir, loaded back once to prove it is whole, and only then
+handed to ``ray.train.report``: a crash while writing never leaves a reported checkpoint that
+fails to load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+STATE_FILE = "state.pt"
+HISTORY_FILE = "history.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that is missing or cannot be loaded; the message names it."""
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy and torch CPU RNG states in a form ``weights_only`` loads accept."""
+    np_state = np.random.get_state()
+    return {
+        "python": list(random.getstate()[1]),
+        "python_pos": random.getstate()[2],
+        "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)),
+        "numpy_pos": int(np_state[2]),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what ``rng_state`` captured."""
+    random.setstate((3, tuple(state["python"]), state["python_pos"]))
+    np.random.set_state(
+        ("MT19937", state["numpy_keys"].numpy().astype(np.uint32), state["numpy_pos"], 0, 0.0)
+    )
+    torch.set_rng_state(state["torch"])
+
+
+def write_checkpoint_dir(state: dict[str, Any], directory: str | Path | None = None) -> Path:
+    """Write ``state`` into ``directory`` (a new temp dir by default), verify it loads, return it."""
+    directory = Path(directory or tempfile.mkdtemp(prefix="course-ckpt-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = directory / (STATE_FILE + ".partial")
+    torch.save(state, partial)
+    os.replace(partial, directory / STATE_FILE)
+    (directory / HISTORY_FILE).write_text(json.dumps(state.get("history", []), indent=1))
+    load_state(directory)  # proves the file is whole before anyone reports it
+    return directory
+
+
+def _checkpoint_dir(source: Any) -> tuple[Path, Any]:
+    """(local directory, context manager to keep open) for a path or a ray.train.Checkpoint."""
+    if isinstance(source, str | Path):
+        return Path(source), None
+    ctx = source.as_directory()  # a ray.train.Checkpoint: local path or a download
+    return Path(ctx.__enter__()), ctx
+
+
+def load_state(source: Any, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a training state from a checkpoint directory or a ``ray.train.Checkpoint``."""
+    directory, ctx = _checkpoint_dir(source)
+    try:
+        path = directory / STATE_FILE
+        if not path.is_file():
+            raise CheckpointError(
+                f"No {STATE_FILE} in checkpoint {directory}: it is incomplete or not a course checkpoint."
+            )
+        try:
+            return torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as exc:
+            raise CheckpointError(
+                f"Checkpoint {path} cannot be loaded ({type(exc).__name__}: {exc})."
+            ) from exc
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+
+
+def training_state(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None, epoch: int, history: list[dict], **extra: Any
+) -> dict[str, Any]:
+    """Everything a resumed run needs, with the plain (unwrapped) model weights."""
+    from course_utils.model import unwrap
+
+    state = {
+        "model": unwrap(model).state_dict(),
+        "epoch": epoch,
+        "history": list(history),
+        "rng": rng_state(),
+        **extra,
+    }
+    if optimizer is not None:
+        state["optimizer"] = optimizer.state_dict()
+    return state
+
+
+def report(metrics: dict[str, Any], state: dict[str, Any] | None = None) -> None:
+    """``ray.train.report`` from every rank; rank 0 attaches ``state`` as a checkpoint.
+
+    Every rank must call this the same number of times (``report`` is a barrier).
+    """
+    import ray.train
+
+    checkpoint_dir = None
+    if state is not None and ray.train.get_context().get_world_rank() == 0:
+        checkpoint_dir = write_checkpoint_dir(state)
+    try:
+        checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
+        ray.train.report(metrics, checkpoint=checkpoint)
+    finally:
+        if checkpoint_dir is not None:
+            shutil.rmtree(checkpoint_dir, ignore_errors=True)
+
+
+def restore(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None = None, map_location: str | torch.device = "cpu"
+) -> dict[str, Any] | None:
+    """Load the run's latest checkpoint (``ray.train.get_checkpoint()``) into model/optimizer.
+
+    Returns the saved state (``epoch``, ``history``...) or None on a fresh start.
+    """
+    import ray.train
+
+    from course_utils.model import unwrap
+
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return None
+    state = load_state(checkpoint, map_location)
+    unwrap(model).load_state_dict(state["model"])
+    if optimizer is not None and "optimizer" in state:
+        optimizer.load_state_dict(state["optimizer"])
+    if "rng" in state:
+        set_rng_state(state["rng"])
+    return state
+
+
+def load_model(source: Any, map_location: str | torch.device = "cpu") -> nn.Module:
+    """A fresh ResNet-18 with the weights of a checkpoint dir, ``model.pt`` or Checkpoint."""
+    from course_utils.model import build_resnet18
+
+    if isinstance(source, str | Path) and Path(source).is_file():
+        weights = torch.load(source, map_location=map_location, weights_only=True)
+    else:
+        weights = load_state(source, map_location)["model"]
+    model = build_resnet18()
+    model.load_state_dict(weights)
+    return model.to(map_location).eval()

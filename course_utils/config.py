@@ -1,0 +1,136 @@
+"""Course settings: the profile (smoke | full | auto) and where data and storage live.
+
+Environment overrides, read when a function is called (never at import time):
+
+- ``COURSE_PROFILE``: ``smoke``, ``full`` or ``auto`` (default ``auto``: ``full`` when a GPU
+  is visible, else ``smoke``).
+- ``COURSE_DATA``: folder that holds MNIST (default ``<repo>/data``).
+- ``COURSE_STORAGE``: where Ray Train writes runs and checkpoints: a local folder, a shared
+  mount, or ``s3://bucket/prefix`` (default ``<repo>/storage``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from course_utils.device import gpu_count
+
+PROFILES = ("smoke", "full", "auto")
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+class CourseConfigError(ValueError):
+    """A setting the course cannot work with; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How big a run is. ``batch_size`` is the global batch, split across workers."""
+
+    name: str
+    num_workers: int
+    use_gpu: bool
+    epochs: int
+    train_size: int | None  # None = every training digit available
+    test_size: int | None
+    batch_size: int
+    lr: float = 1e-3
+    seed: int = 0
+
+    def to_dict(self) -> dict:
+        """Plain dict, e.g. for ``train_loop_config``."""
+        return asdict(self)
+
+    def with_(self, **changes) -> Profile:
+        """A copy with some fields changed (a lesson shrinking a demo, a test)."""
+        return replace(self, **changes)
+
+
+SMOKE = Profile(
+    name="smoke",
+    num_workers=2,
+    use_gpu=False,
+    epochs=3,
+    train_size=4000,
+    test_size=1000,
+    batch_size=128,
+)
+
+
+def _full() -> Profile:
+    return Profile(
+        name="full",
+        num_workers=max(1, gpu_count()),
+        use_gpu=gpu_count() > 0,
+        epochs=5,
+        train_size=None,
+        test_size=None,
+        batch_size=256,
+    )
+
+
+def profile_name(name: str | None = None) -> str:
+    """Resolve ``name`` (or ``COURSE_PROFILE``) to ``smoke`` or ``full``."""
+    raw = name if name is not None else os.environ.get("COURSE_PROFILE", "auto")
+    value = raw.strip().lower()
+    if value not in PROFILES:
+        raise CourseConfigError(
+            f"Unknown profile {raw!r} (from {'argument' if name is not None else 'COURSE_PROFILE'}); "
+            f"allowed: {', '.join(PROFILES)}."
+        )
+    if value == "auto":
+        value = "full" if gpu_count() > 0 else "smoke"
+    return value
+
+
+def get_profile(name: str | None = None) -> Profile:
+    """The active profile: ``smoke`` on a CPU laptop and in CI, ``full`` on GPUs."""
+    return SMOKE if profile_name(name) == "smoke" else _full()
+
+
+def data_root() -> Path:
+    """Folder that holds (or will hold) MNIST, from ``COURSE_DATA``; created if missing."""
+    root = Path(os.environ.get("COURSE_DATA") or REPO_ROOT / "data").expanduser().resolve()
+    _ensure_writable_dir(root, "COURSE_DATA")
+    return root
+
+
+def is_remote_uri(path: str) -> bool:
+    """True for ``scheme://`` storage such as ``s3://bucket/prefix``."""
+    return "://" in path
+
+
+def storage_root() -> str:
+    """Where Ray Train writes runs (``COURSE_STORAGE``): an absolute local path or a URI.
+
+    A local folder is created and checked for write access here, so a bad setting fails in
+    the first cell rather than minutes later inside a training worker.
+    """
+    raw = os.environ.get("COURSE_STORAGE") or str(REPO_ROOT / "storage")
+    if is_remote_uri(raw):
+        return raw.rstrip("/")
+    path = Path(raw).expanduser().resolve()
+    _ensure_writable_dir(path, "COURSE_STORAGE")
+    return str(path)
+
+
+def build_root() -> Path:
+    """Folder for executed notebooks and HTML (``./build.sh course``)."""
+    return REPO_ROOT / "build"
+
+
+def _ensure_writable_dir(path: Path, variable: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{uuid.uuid4().hex}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise CourseConfigError(
+            f"{variable} points at {str(path)!r}, which is not a writable folder ({exc.strerror}). "
+            f"Set {variable} to a folder you can write to, e.g. {variable}={tempfile.gettempdir()}/course."
+        ) from None
