@@ -206,3 +206,40 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 flush=True,
             )
         checkpoints.report(metrics, checkpoints.training_state(model, optimizer, epoch, history))
+
+
+def make_trainer(
+    name: str,
+    profile: Profile | None = None,
+    *,
+    num_workers: int | tuple[int, int] | None = None,
+    num_to_keep: int | None = 2,
+    max_failures: int = 0,
+    train_loop: Callable = train_loop_per_worker,
+    **config_overrides: Any,
+):
+    """The course's standard ``TorchTrainer`` for run ``name`` (what lesson 02 builds step by step).
+
+    Checks the request fits the cluster first, so a too-big run fails now instead of waiting.
+    """
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from course_utils.config import storage_root
+    from course_utils.session import check_resources
+
+    profile = profile or get_profile()
+    scaling = ScalingConfig(num_workers=num_workers or profile.num_workers, use_gpu=profile.use_gpu)
+    config = loop_config(profile, **config_overrides)
+    check_resources(scaling, config["batch_size"])
+    return TorchTrainer(
+        train_loop,
+        train_loop_config=config,
+        scaling_config=scaling,
+        run_config=RunConfig(
+            name=name,
+            storage_path=storage_root(),
+            checkpoint_config=CheckpointConfig(num_to_keep=num_to_keep),
+            failure_config=FailureConfig(max_failures=max_failures),
+        ),
+    )
