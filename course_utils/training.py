@@ -239,7 +239,9 @@ def make_trainer(
         run_config=RunConfig(
             name=name,
             storage_path=storage_root(),
-            checkpoint_config=CheckpointConfig(num_to_keep=num_to_keep),
+            checkpoint_config=CheckpointConfig(
+                num_to_keep=num_to_keep, checkpoint_score_attribute="accuracy", checkpoint_score_order="max"
+            ),
             failure_config=FailureConfig(max_failures=max_failures),
         ),
     )
