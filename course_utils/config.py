@@ -118,6 +118,15 @@ def storage_root() -> str:
     return str(path)
 
 
+def local_output_dir(name: str) -> Path:
+    """A local folder for a lesson's plain files (CSV, model.pt): inside the course storage
+    when that is a local path, else under the build folder."""
+    root = storage_root()
+    path = (Path(root) if not is_remote_uri(root) else build_root()) / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def build_root() -> Path:
     """Folder for executed notebooks and HTML (``./build.sh course``)."""
     return REPO_ROOT / "build"

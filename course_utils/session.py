@@ -169,3 +169,17 @@ def alive_actors(class_substring: str = "") -> list[dict[str, Any]]:
         for a in actors
     ]
     return [r for r in rows if class_substring in (r["class_name"] or "")]
+
+
+TRAIN_ACTOR_CLASSES = ("TrainController", "RayTrainWorker")
+
+
+def train_actors() -> list[dict[str, Any]]:
+    """Ray Train's controller and worker actors in any state (alive during a fit, dead after)."""
+    from ray.util.state import list_actors
+
+    rows = []
+    for cls in TRAIN_ACTOR_CLASSES:
+        for a in list_actors(filters=[("class_name", "=", cls)], limit=1000, detail=True):
+            rows.append({"class_name": a.class_name, "state": a.state, "pid": a.pid, "actor_id": a.actor_id[:12]})
+    return rows
