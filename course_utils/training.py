@@ -190,22 +190,59 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             ),
         )
         seconds = time.perf_counter() - start
-        metrics = {
-            "epoch": epoch,
-            "train_loss": _mean_across_workers(train_loss, device),
-            **evaluate(unwrap(model), test_loader, device),
-            "epoch_time_s": seconds,
-            "images_per_s": len(train_ds) / seconds,
-            "world_size": world,
-        }
-        history.append(metrics)
-        if rank == 0:
-            print(
-                f"[rank 0] epoch {epoch}: train_loss={metrics['train_loss']:.4f} "
-                f"accuracy={metrics['accuracy']:.3f} ({seconds:.1f}s)",
-                flush=True,
-            )
-        checkpoints.report(metrics, checkpoints.training_state(model, optimizer, epoch, history))
+        report_epoch(
+            model,
+            optimizer,
+            epoch,
+            history,
+            train_loss=train_loss,
+            seconds=seconds,
+            images=len(train_ds),
+            test_loader=test_loader,
+            device=device,
+        )
+
+
+def report_epoch(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    epoch: int,
+    history: list[dict],
+    *,
+    train_loss: float,
+    seconds: float,
+    images: int,
+    test_loader: DataLoader,
+    device: torch.device,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """End of an epoch on every rank: evaluate, append to ``history``, report with a checkpoint.
+
+    Shared by the DataLoader loop and the Ray Data loop (``raydata.train_loop_ray_data``), so
+    both report the same metrics and write the same checkpoints. Returns the epoch's metrics.
+    """
+    import ray.train
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    metrics = {
+        "epoch": epoch,
+        "train_loss": _mean_across_workers(train_loss, device),
+        **evaluate(unwrap(model), test_loader, device),
+        "epoch_time_s": seconds,
+        "images_per_s": images / seconds,
+        "world_size": world,
+        **(extra or {}),
+    }
+    history.append(metrics)
+    if rank == 0:
+        print(
+            f"[rank 0] epoch {epoch}: train_loss={metrics['train_loss']:.4f} "
+            f"accuracy={metrics['accuracy']:.3f} ({seconds:.1f}s)",
+            flush=True,
+        )
+    checkpoints.report(metrics, checkpoints.training_state(model, optimizer, epoch, history))
+    return metrics
 
 
 def make_trainer(
@@ -216,6 +253,7 @@ def make_trainer(
     num_to_keep: int | None = 2,
     max_failures: int = 0,
     train_loop: Callable = train_loop_per_worker,
+    datasets: dict[str, Any] | None = None,
     **config_overrides: Any,
 ):
     """The course's standard ``TorchTrainer`` for run ``name`` (what lesson 02 builds step by step).
@@ -236,6 +274,7 @@ def make_trainer(
         train_loop,
         train_loop_config=config,
         scaling_config=scaling,
+        datasets=datasets,
         run_config=RunConfig(
             name=name,
             storage_path=storage_root(),
