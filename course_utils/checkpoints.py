@@ -14,6 +14,7 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +51,23 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def write_checkpoint_dir(state: dict[str, Any], directory: str | Path | None = None) -> Path:
-    """Write ``state`` into ``directory`` (a new temp dir by default), verify it loads, return it."""
+def write_checkpoint_dir(
+    state: dict[str, Any],
+    directory: str | Path | None = None,
+    *,
+    before_commit: Callable[[], None] | None = None,
+) -> Path:
+    """Write ``state`` into ``directory`` (a new temp dir by default), verify it loads, return it.
+
+    ``before_commit`` runs between writing ``state.pt.partial`` and renaming it (fault
+    injection: a crash there leaves only the partial file, which nothing ever reports).
+    """
     directory = Path(directory or tempfile.mkdtemp(prefix="course-ckpt-"))
     directory.mkdir(parents=True, exist_ok=True)
     partial = directory / (STATE_FILE + ".partial")
     torch.save(state, partial)
+    if before_commit is not None:
+        before_commit()
     os.replace(partial, directory / STATE_FILE)
     (directory / HISTORY_FILE).write_text(json.dumps(state.get("history", []), indent=1))
     load_state(directory)  # proves the file is whole before anyone reports it
@@ -108,16 +120,22 @@ def training_state(
     return state
 
 
-def report(metrics: dict[str, Any], state: dict[str, Any] | None = None) -> None:
+def report(
+    metrics: dict[str, Any],
+    state: dict[str, Any] | None = None,
+    *,
+    before_commit: Callable[[], None] | None = None,
+) -> None:
     """``ray.train.report`` from every rank; rank 0 attaches ``state`` as a checkpoint.
 
     Every rank must call this the same number of times (``report`` is a barrier).
+    ``before_commit`` is passed to ``write_checkpoint_dir`` (fault injection).
     """
     import ray.train
 
     checkpoint_dir = None
     if state is not None and ray.train.get_context().get_world_rank() == 0:
-        checkpoint_dir = write_checkpoint_dir(state)
+        checkpoint_dir = write_checkpoint_dir(state, before_commit=before_commit)
     try:
         checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
         ray.train.report(metrics, checkpoint=checkpoint)

@@ -4,14 +4,23 @@ A fault is a plain dict (it travels in ``train_loop_config``) naming a marker fi
 storage. The fault fires only while the marker does not exist and creates it just before
 firing: restarted workers are new processes and remember nothing, but the file survives,
 so the fault fires exactly once per marker.
+
+Three ways to fail: ``how="raise"`` (a Python error in the loop), ``how="kill"`` (the worker
+SIGKILLs itself) and ``how="external"`` (the worker only announces where it is; a driver-side
+``ExternalKiller`` finds its pid through Ray's state API and SIGKILLs it from outside).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+HOWS = ("raise", "kill", "external")
 
 
 class InjectedFault(RuntimeError):
@@ -19,16 +28,38 @@ class InjectedFault(RuntimeError):
 
 
 def crash_once(
-    marker: str | Path, *, rank: int = 1, epoch: int = 1, step: int = 0, how: str = "raise"
+    marker: str | Path,
+    *,
+    rank: int = 1,
+    epoch: int = 1,
+    step: int = 0,
+    how: str = "raise",
+    during: str = "step",
+    delay_s: float = 0.0,
 ) -> dict[str, Any]:
     """A fault spec: ``rank`` fails at ``step`` of ``epoch`` the first time it gets there.
 
     ``how="raise"`` raises ``InjectedFault`` (a Python error in the loop);
-    ``how="kill"`` SIGKILLs the worker's own process (a machine or OOM-killer style death).
+    ``how="kill"`` SIGKILLs the worker's own process (a machine or OOM-killer style death);
+    ``how="external"`` only writes the marker (with the worker's pid) for an ``ExternalKiller``.
+    ``during="checkpoint"`` fires while rank ``rank`` writes the checkpoint after ``step``
+    instead of before the batch. ``delay_s`` waits before failing: Ray Train registers a
+    reported checkpoint only when its controller next polls the workers, so a crash within
+    about a second of ``report()`` can lose that checkpoint (the run then resumes one earlier).
     """
-    if how not in ("raise", "kill"):
-        raise ValueError(f"how must be 'raise' or 'kill', not {how!r}")
-    return {"marker": str(Path(marker).resolve()), "rank": rank, "epoch": epoch, "step": step, "how": how}
+    if how not in HOWS:
+        raise ValueError(f"how must be one of {', '.join(map(repr, HOWS))}, not {how!r}")
+    if during not in ("step", "checkpoint"):
+        raise ValueError(f"during must be 'step' or 'checkpoint', not {during!r}")
+    return {
+        "marker": str(Path(marker).resolve()),
+        "rank": rank,
+        "epoch": epoch,
+        "step": step,
+        "how": how,
+        "during": during,
+        "delay_s": float(delay_s),
+    }
 
 
 def fired(spec: dict[str, Any] | None) -> bool:
@@ -36,16 +67,130 @@ def fired(spec: dict[str, Any] | None) -> bool:
     return bool(spec) and Path(spec["marker"]).exists()
 
 
-def maybe_fail(spec: dict[str, Any] | None, *, rank: int, epoch: int, step: int) -> None:
-    """Called every step by the training loop; fails once where ``spec`` says."""
+def maybe_fail(
+    spec: dict[str, Any] | Sequence[dict[str, Any]] | None,
+    *,
+    rank: int,
+    epoch: int,
+    step: int,
+    during: str = "step",
+) -> None:
+    """Called every step by the training loop; fails once where ``spec`` (or each of a list) says."""
+    if isinstance(spec, list | tuple):
+        for one in spec:
+            maybe_fail(one, rank=rank, epoch=epoch, step=step, during=during)
+        return
     if not spec or (rank, epoch, step) != (spec["rank"], spec["epoch"], spec["step"]):
+        return
+    if spec.get("during", "step") != during:
         return
     marker = Path(spec["marker"])
     if marker.exists():
         return
     marker.parent.mkdir(parents=True, exist_ok=True)
+    if spec.get("delay_s"):
+        time.sleep(spec["delay_s"])
+    if spec["how"] == "external":
+        marker.write_text(f"{os.getpid()}\n")  # the ExternalKiller on the driver takes it from here
+        print(
+            f"[fault] rank {rank} (pid {os.getpid()}) at epoch {epoch}, step {step}: ready to be killed",
+            flush=True,
+        )
+        return
     marker.write_text(f"fired on rank {rank} at epoch {epoch} step {step} (pid {os.getpid()})\n")
-    print(f"[fault] rank {rank}: injected failure at epoch {epoch}, step {step} ({spec['how']})", flush=True)
+    where = f"epoch {epoch}, step {step}" + (
+        " while writing its checkpoint" if during == "checkpoint" else ""
+    )
+    print(f"[fault] rank {rank}: injected failure at {where} ({spec['how']})", flush=True)
     if spec["how"] == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise InjectedFault(f"injected failure on rank {rank} at epoch {epoch}, step {step}")
+
+
+def train_worker_pids() -> dict[int, str]:
+    """{pid: actor_id} of the alive Ray Train worker actors, from Ray's state API."""
+    from course_utils.session import alive_actors
+
+    return {a["pid"]: a["actor_id"] for a in alive_actors("RayTrainWorker") if a["pid"]}
+
+
+class ExternalKiller:
+    """Kill a Ray Train worker from outside, the way a lost machine or the OOM killer would.
+
+    Runs a daemon thread on the driver. It waits for the marker of an ``how="external"`` fault
+    spec (written by the worker when it reaches the chosen epoch and step), checks with Ray's
+    state API that the pid in it is an alive ``RayTrainWorker`` actor, and sends it SIGKILL.
+    Fires once: a restarted run finds the marker and the thread already done. Local pids only
+    (a single-node cluster, as in the course's smoke profile).
+    """
+
+    def __init__(self, spec: dict[str, Any], timeout_s: float = 600.0, poll_s: float = 0.1):
+        if spec.get("how") != "external":
+            raise ValueError("ExternalKiller needs a fault spec made with crash_once(..., how='external').")
+        self.spec, self.timeout_s, self.poll_s = spec, timeout_s, poll_s
+        self.pid: int | None = None
+        self.actor_id: str | None = None
+        self.killed_at: float | None = None  # time.time() of the SIGKILL
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="external-killer", daemon=True)
+
+    def start(self) -> ExternalKiller:
+        """Start watching; returns self so ``killer = ExternalKiller(spec).start()`` reads well."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        marker = Path(self.spec["marker"])
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while not (marker.exists() and marker.read_text().strip()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"No worker reached the kill point within {self.timeout_s:.0f} s.")
+                time.sleep(self.poll_s)
+            pid = int(marker.read_text().split()[0])
+            workers = train_worker_pids()  # Ray's state API: which pids are Ray Train workers
+            if pid not in workers:
+                raise RuntimeError(f"pid {pid} is not an alive RayTrainWorker (alive: {sorted(workers)}).")
+            os.kill(pid, signal.SIGKILL)
+            self.pid, self.actor_id, self.killed_at = pid, workers[pid], time.time()
+            print(
+                f"[driver] SIGKILL sent to RayTrainWorker pid {pid} (actor {workers[pid][:12]}) "
+                f"of rank {self.spec['rank']}",
+                flush=True,
+            )
+        except BaseException as exc:  # reported through .error / join(); a thread must not die silently
+            self.error = exc
+            print(f"[driver] external kill failed: {exc}", flush=True)
+
+    def join(self, timeout: float | None = None) -> ExternalKiller:
+        """Wait for the thread; raise what went wrong in it, if anything."""
+        self._thread.join(timeout)
+        if self.error is not None:
+            raise RuntimeError(f"External kill did not happen: {self.error}") from self.error
+        return self
+
+    @property
+    def fired(self) -> bool:
+        """True once the SIGKILL was sent."""
+        return self.killed_at is not None
+
+
+def train_loop_skipping_report(config: dict[str, Any]) -> None:
+    """A buggy loop for the troubleshooting demo: rank ``skip_rank`` skips the last report.
+
+    ``ray.train.report`` is a barrier, so the other ranks wait there for ever (a warning every
+    ``RAY_TRAIN_COLLECTIVE_WARN_INTERVAL_S``) unless ``RAY_TRAIN_COLLECTIVE_TIMEOUT_S`` is set.
+    """
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    reports, skip_rank = int(config.get("reports", 2)), int(config.get("skip_rank", 1))
+    for i in range(reports):
+        if rank == skip_rank and i == reports - 1:
+            print(
+                f"[rank {rank}] skipping report {i} (the bug: e.g. an `if rank == 0:` around report)",
+                flush=True,
+            )
+            return
+        ray.train.report({"report": i, "rank": rank})
+        print(f"[rank {rank}] report {i} done", flush=True)

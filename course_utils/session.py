@@ -64,7 +64,9 @@ def _session(connected: bool) -> RaySession:
         logs = str(Path(_global_node.get_session_dir_path()) / "logs") if _global_node else None
     except Exception:
         pass
-    dashboard = ray.worker.get_dashboard_url() if hasattr(ray, "worker") else None
+    from ray._private.worker import get_dashboard_url  # no public getter after ray.init returns
+
+    dashboard = get_dashboard_url()
     return RaySession(
         address=ctx.gcs_address,
         dashboard_url=f"http://{dashboard}" if dashboard else None,
@@ -153,11 +155,24 @@ def check_resources(scaling_config: Any, global_batch: int | None = None) -> Non
             )
 
 
+def _state_address() -> str:
+    """This driver's cluster, for the state API.
+
+    Without an address the state API auto-detects Ray on the machine and fails with
+    "Found multiple active Ray instances" when two notebooks each started one.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        raise RuntimeError("Ray is not running in this process: call course_utils.session.start_ray() first.")
+    return ray.get_runtime_context().gcs_address
+
+
 def alive_actors(class_substring: str = "") -> list[dict[str, Any]]:
     """Alive actors from Ray's state API (needs the dashboard), optionally filtered by class."""
     from ray.util.state import list_actors
 
-    actors = list_actors(filters=[("state", "=", "ALIVE")], limit=1000, detail=True)
+    actors = list_actors(address=_state_address(), filters=[("state", "=", "ALIVE")], limit=1000, detail=True)
     rows = [
         {
             "class_name": a.class_name,
@@ -180,6 +195,10 @@ def train_actors() -> list[dict[str, Any]]:
 
     rows = []
     for cls in TRAIN_ACTOR_CLASSES:
-        for a in list_actors(filters=[("class_name", "=", cls)], limit=1000, detail=True):
-            rows.append({"class_name": a.class_name, "state": a.state, "pid": a.pid, "actor_id": a.actor_id[:12]})
+        for a in list_actors(
+            address=_state_address(), filters=[("class_name", "=", cls)], limit=1000, detail=True
+        ):
+            rows.append(
+                {"class_name": a.class_name, "state": a.state, "pid": a.pid, "actor_id": a.actor_id[:12]}
+            )
     return rows

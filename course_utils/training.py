@@ -48,8 +48,13 @@ def train_one_epoch(
     on_step: Callable[[int], None] | None = None,
     progress: bool = False,
     desc: str = "train",
+    after_step: Callable[[int], None] | None = None,
 ) -> float:
-    """One pass over ``loader``; returns the mean training loss."""
+    """One pass over ``loader``; returns the mean training loss.
+
+    ``on_step(step)`` runs before each batch (fault injection), ``after_step(step)`` after its
+    optimizer step (mid-epoch checkpoints: the loader has yielded exactly ``step + 1`` batches).
+    """
     model.train()
     total, count = 0.0, 0
     batches = tqdm(loader, desc=desc, leave=False) if progress else loader
@@ -63,6 +68,8 @@ def train_one_epoch(
         optimizer.step()
         total += loss.item() * len(labels)
         count += len(labels)
+        if after_step is not None:
+            after_step(step)
     return total / max(count, 1)
 
 
@@ -85,10 +92,12 @@ def train_baseline(
     out_dir: str | Path | None = None,
     device: torch.device | None = None,
     data_root: str | Path | None = None,
+    progress: bool = True,
 ) -> pd.DataFrame:
     """Plain PyTorch on one device: train, evaluate each epoch, save metrics.csv + model.pt.
 
-    Returns the per-epoch metrics. ``out_dir`` must be absolute when run inside Ray.
+    Returns the per-epoch metrics. ``out_dir`` must be absolute when run inside Ray; pass
+    ``progress=False`` there (a remote task's progress bars arrive as hundreds of log lines).
     """
     profile = profile or get_profile()
     device = device or get_device()
@@ -99,10 +108,10 @@ def train_baseline(
     model = build_resnet18().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=profile.lr)
     rows = []
-    for epoch in tqdm(range(profile.epochs), desc=f"epochs on {device}"):
+    for epoch in tqdm(range(profile.epochs), desc=f"epochs on {device}", disable=not progress):
         start = time.perf_counter()
         train_loss = train_one_epoch(
-            model, train_loader, optimizer, device, progress=True, desc=f"epoch {epoch}"
+            model, train_loader, optimizer, device, progress=progress, desc=f"epoch {epoch}"
         )
         seconds = time.perf_counter() - start
         rows.append(
@@ -200,7 +209,21 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             images=len(train_ds),
             test_loader=test_loader,
             device=device,
+            extra={"start_epoch": start_epoch},  # which attempt ran this epoch (lesson 04)
         )
+
+
+# What train_loop_per_worker reports each epoch: a checkpoint_score_attribute must be one of these.
+REPORTED_METRICS = (
+    "epoch",
+    "train_loss",
+    "test_loss",
+    "accuracy",
+    "epoch_time_s",
+    "images_per_s",
+    "world_size",
+    "start_epoch",
+)
 
 
 def report_epoch(
@@ -254,22 +277,33 @@ def make_trainer(
     max_failures: int = 0,
     train_loop: Callable = train_loop_per_worker,
     datasets: dict[str, Any] | None = None,
+    score_attribute: str = "accuracy",
     **config_overrides: Any,
 ):
     """The course's standard ``TorchTrainer`` for run ``name`` (what lesson 02 builds step by step).
 
-    Checks the request fits the cluster first, so a too-big run fails now instead of waiting.
+    Checks the request fits the cluster first, so a too-big run fails now instead of waiting;
+    checks an existing run directory of that name is whole (``storage.check_run``), so a damaged
+    one fails now instead of silently starting from scratch; and checks ``score_attribute`` is
+    a metric the course loop reports (Ray only logs an error and keeps checkpoints unordered).
     """
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     from course_utils.config import storage_root
     from course_utils.session import check_resources
+    from course_utils.storage import check_run
 
+    if train_loop is train_loop_per_worker and score_attribute not in REPORTED_METRICS:
+        raise ValueError(
+            f"checkpoint_score_attribute {score_attribute!r} is not a metric the course loop reports; "
+            f"choose one of {', '.join(REPORTED_METRICS)}."
+        )
     profile = profile or get_profile()
     scaling = ScalingConfig(num_workers=num_workers or profile.num_workers, use_gpu=profile.use_gpu)
     config = loop_config(profile, **config_overrides)
     check_resources(scaling, config["batch_size"])
+    check_run(name)
     return TorchTrainer(
         train_loop,
         train_loop_config=config,
@@ -279,7 +313,9 @@ def make_trainer(
             name=name,
             storage_path=storage_root(),
             checkpoint_config=CheckpointConfig(
-                num_to_keep=num_to_keep, checkpoint_score_attribute="accuracy", checkpoint_score_order="max"
+                num_to_keep=num_to_keep,
+                checkpoint_score_attribute=score_attribute,
+                checkpoint_score_order="min" if score_attribute.endswith("loss") else "max",
             ),
             failure_config=FailureConfig(max_failures=max_failures),
         ),
