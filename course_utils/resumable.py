@@ -1,0 +1,315 @@
+"""Mid-epoch resumption on the DataLoader path, and the recovery benchmark (lesson 04).
+
+Epoch-boundary checkpoints lose up to a whole epoch of work when a worker dies. This loop
+checkpoints every ``checkpoint_every`` steps together with the iterator position of a
+``torchdata`` ``StatefulDataLoader``, so a restarted worker group continues at the exact next
+batch. Ray Data's iterator-state resumption is not in open-source Ray; the DataLoader path is.
+
+Each checkpoint also carries what a learner (and the tests) need to *see* the resumption:
+``attempts`` (where every attempt started, its pid, when it took its first step) and ``seen``
+(the sample indices every rank trained on, committed at each checkpoint).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from course_utils import checkpoints, data, faults
+from course_utils.model import build_resnet18, unwrap
+from course_utils.training import evaluate, per_worker_batch, train_one_epoch
+
+# What train_loop_mid_epoch reports (mid-epoch rows carry no test metrics).
+REPORTED_METRICS = ("epoch", "step", "world_size", "attempt", "train_loss", "test_loss", "accuracy")
+
+
+class IndexRecorder(Dataset):
+    """Wraps a map-style dataset and remembers which indices were read, in order.
+
+    With ``num_workers=0`` the reads happen in the training process, so the list is exactly
+    what this rank trained on since the last ``take()``.
+    """
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+        self.seen: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        self.seen.append(int(index))
+        return self.dataset[index]
+
+    def take(self) -> list[int]:
+        """The indices read since the last call, and forget them."""
+        out, self.seen = self.seen, []
+        return out
+
+
+def _gather(values: list[int]) -> list[list[int]]:
+    """Every rank's list, in rank order (all ranks must call this together)."""
+    dist = torch.distributed
+    if not dist.is_available() or not dist.is_initialized():
+        return [values]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, values)
+    return out
+
+
+def make_stateful_loader(dataset: Dataset, batch: int, rank: int, world: int, seed: int):
+    """A ``StatefulDataLoader`` over this rank's ``DistributedSampler`` shard.
+
+    Not passed through ``ray.train.torch.prepare_data_loader``: that rebuilds plain
+    DataLoaders and, with ``move_to_device``, prefetches a batch ahead, so the saved position
+    would be off by one. Batches are moved to the device by ``train_one_epoch``.
+    """
+    from torch.utils.data import DistributedSampler
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed)
+    return StatefulDataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=0)
+
+
+def train_loop_mid_epoch(config: dict[str, Any]) -> None:
+    """Ray Train worker loop that checkpoints every ``config["checkpoint_every"]`` steps.
+
+    Resumes from ``ray.train.get_checkpoint()`` at the saved (epoch, step): model, optimizer,
+    RNG and the DataLoader's iterator state are restored, so no batch is repeated or skipped.
+    """
+    import ray.train
+    import ray.train.torch
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    batch = per_worker_batch(config["batch_size"], world)
+    every = int(config.get("checkpoint_every", 5))
+    fault = config.get("fault")
+    torch.manual_seed(config["seed"])
+    data.ensure_mnist(config["data_root"], verbose=False)
+    train_ds, test_ds = data.course_datasets(
+        config["train_size"], config["test_size"], config["data_root"], config["seed"]
+    )
+    recorder = IndexRecorder(train_ds)
+    loader = make_stateful_loader(recorder, batch, rank, world, config["seed"])
+    test_loader = data.make_loader(test_ds, 512, shuffle=False)
+    model = ray.train.torch.prepare_model(build_resnet18())
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+
+    state = checkpoints.restore(model, optimizer, map_location=device)
+    epoch, step = (state["next_epoch"], state["next_step"]) if state else (0, 0)
+    if state and step and state["world_size"] != world:
+        raise RuntimeError(
+            f"The mid-epoch checkpoint was saved by {state['world_size']} workers, this attempt has "
+            f"{world}: each rank's shard of the epoch differs, so it cannot continue mid-epoch. Use a "
+            "fixed num_workers with mid-epoch checkpoints, or resume from an epoch-boundary checkpoint."
+        )
+    if state and step:
+        loader.load_state_dict(state["loader"])  # the iterator skips the `step` batches already done
+    history: list[dict] = state["history"] if state else []
+    seen: list[list[list[int]]] = state["seen"] if state else []
+    attempts: list[dict] = state["attempts"] if state else []
+    attempts.append(
+        {
+            "attempt": len(attempts) + 1,
+            "pid": os.getpid(),
+            "world_size": world,
+            "start_epoch": epoch,
+            "start_step": step,
+            "started_at": time.time(),
+            "first_step_at": None,
+        }
+    )
+    if rank == 0:
+        where = f"epoch {epoch}, step {step} (from the checkpoint)" if state else "epoch 0, step 0"
+        print(f"[rank 0] attempt {len(attempts)}: {world} worker(s), starting at {where}", flush=True)
+
+    def save(done_epoch: int, done_steps: int, epoch_end: bool, row: dict[str, Any]) -> None:
+        for r, indices in enumerate(_gather(recorder.take())):  # what every rank trained on
+            while len(seen) <= done_epoch:
+                seen.append([[] for _ in range(world)])
+            seen[done_epoch][r].extend(indices)
+        row = {"epoch": done_epoch, "step": done_steps, "world_size": world, "attempt": len(attempts), **row}
+        history.append(row)
+        state = checkpoints.training_state(
+            model,
+            optimizer,
+            done_epoch,
+            history,
+            next_epoch=done_epoch + 1 if epoch_end else done_epoch,
+            next_step=0 if epoch_end else done_steps,
+            loader=None if epoch_end else loader.state_dict(),
+            seen=seen,
+            attempts=attempts,
+            world_size=world,
+        )
+        start = time.perf_counter()
+        checkpoints.report(
+            dict(row),  # a copy: the row gets its checkpoint_s below
+            state,
+            before_commit=lambda: faults.maybe_fail(
+                fault, rank=rank, epoch=done_epoch, step=done_steps, during="checkpoint"
+            ),
+        )
+        row["checkpoint_s"] = time.perf_counter() - start  # travels in the next checkpoint
+
+    while epoch < config["epochs"]:
+        loader.sampler.set_epoch(epoch)  # same shuffle as an uninterrupted run of this epoch
+        steps_in_epoch, offset, started = len(loader), step, time.perf_counter()
+
+        def on_step(i: int, epoch: int = epoch, offset: int = offset) -> None:
+            if attempts[-1]["first_step_at"] is None:
+                attempts[-1]["first_step_at"] = time.time()
+            faults.maybe_fail(fault, rank=rank, epoch=epoch, step=offset + i)
+
+        def after_step(i: int, epoch: int = epoch, offset: int = offset, n: int = steps_in_epoch) -> None:
+            done = offset + i + 1
+            if done % every == 0 and done < n:
+                save(epoch, done, False, {})
+
+        train_loss = train_one_epoch(model, loader, optimizer, device, on_step=on_step, after_step=after_step)
+        metrics = evaluate(unwrap(model), test_loader, device)
+        if rank == 0:
+            print(
+                f"[rank 0] epoch {epoch} done (steps {offset}..{steps_in_epoch - 1} in this attempt): "
+                f"accuracy={metrics['accuracy']:.3f}",
+                flush=True,
+            )
+        save(
+            epoch,
+            steps_in_epoch,
+            True,
+            {
+                "train_loss": train_loss,
+                **metrics,
+                "epoch_time_s": time.perf_counter() - started,
+                "partial_epoch": offset > 0,
+            },
+        )
+        epoch, step = epoch + 1, 0
+
+
+def expected_indices(train_size: int, world: int, epochs: int, seed: int = 0) -> list[list[list[int]]]:
+    """[epoch][rank] -> the sample indices an uninterrupted run trains on, from the sampler alone."""
+    from torch.utils.data import DistributedSampler
+
+    out = []
+    for epoch in range(epochs):
+        ranks = []
+        for rank in range(world):
+            sampler = DistributedSampler(
+                range(train_size), num_replicas=world, rank=rank, shuffle=True, seed=seed
+            )
+            sampler.set_epoch(epoch)
+            ranks.append(list(sampler))
+        out.append(ranks)
+    return out
+
+
+def make_trainer_mid_epoch(
+    name: str,
+    profile=None,
+    *,
+    num_workers: int | None = None,
+    max_failures: int = 1,
+    num_to_keep: int = 2,
+    **config_overrides: Any,
+):
+    """A ``TorchTrainer`` for ``train_loop_mid_epoch`` (checkpoints kept by recency, not score)."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from course_utils.config import get_profile, storage_root
+    from course_utils.session import check_resources
+    from course_utils.storage import check_run
+    from course_utils.training import loop_config
+
+    profile = profile or get_profile()
+    scaling = ScalingConfig(num_workers=num_workers or profile.num_workers, use_gpu=profile.use_gpu)
+    config = loop_config(profile, **config_overrides)
+    check_resources(scaling, config["batch_size"])
+    check_run(name)
+    return TorchTrainer(
+        train_loop_mid_epoch,
+        train_loop_config=config,
+        scaling_config=scaling,
+        run_config=RunConfig(
+            name=name,
+            storage_path=storage_root(),
+            checkpoint_config=CheckpointConfig(num_to_keep=num_to_keep),
+            failure_config=FailureConfig(max_failures=max_failures),
+        ),
+    )
+
+
+def attempts_frame(state: dict[str, Any]):
+    """The attempts recorded in a mid-epoch checkpoint's state, as a DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame(state["attempts"])
+
+
+def bench_recovery(argv: Sequence[str] | None = None) -> dict[str, float]:
+    """Kill a worker from outside mid-epoch; time death -> next training step, and checkpoint cost.
+
+    One run of ``train_loop_mid_epoch`` with ``max_failures=1``: rank 1 is SIGKILLed (found
+    through Ray's state API) during epoch 1. Prints ``name: value`` lines and ends with the
+    share of epoch time spent saving checkpoints.
+    """
+    from pathlib import Path
+
+    from course_utils import session, storage
+    from course_utils.config import get_profile, local_output_dir
+
+    parser = argparse.ArgumentParser(prog="python -m course_utils.bench recovery", description=__doc__)
+    parser.add_argument("--train-size", type=int, default=2048)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--checkpoint-every", type=int, default=5)
+    parser.add_argument("--kill-step", type=int, default=9)
+    args = parser.parse_args(argv)
+
+    data.ensure_mnist(verbose=False)
+    session.start_ray(verbose=False)
+    profile = get_profile().with_(train_size=args.train_size, epochs=args.epochs)
+    name = "bench-recovery"
+    storage.reset_run(name)
+    marker = Path(local_output_dir("bench-recovery")) / "kill.marker"
+    marker.unlink(missing_ok=True)
+    spec = faults.crash_once(marker, rank=1, epoch=1, step=args.kill_step, how="external", delay_s=2.0)
+    trainer = make_trainer_mid_epoch(
+        name, profile, max_failures=1, checkpoint_every=args.checkpoint_every, fault=spec
+    )
+    killer = faults.ExternalKiller(spec).start()
+    started = time.perf_counter()
+    result = trainer.fit()
+    wall = time.perf_counter() - started
+    killer.join()
+    state = checkpoints.load_state(result.checkpoint)
+    attempts, history = state["attempts"], state["history"]
+    if len(attempts) != 2:
+        raise RuntimeError(f"Expected 2 attempts (one restart), found {len(attempts)}: {attempts}")
+    recovery = attempts[1]["first_step_at"] - killer.killed_at
+    first_epoch = [r for r in history if r["epoch"] == 0 and r["attempt"] == 1]
+    saves = [r["checkpoint_s"] for r in first_epoch if "checkpoint_s" in r]
+    epoch_time = next(r["epoch_time_s"] for r in first_epoch if "epoch_time_s" in r)
+    per_save = sum(saves) / len(saves)
+    share = per_save * len(first_epoch) / (epoch_time + per_save)  # the end-of-epoch save is outside
+    lines = {
+        "fit_wall_s": wall,
+        "resumed_at_step": attempts[1]["start_step"],
+        "kill_to_next_step_s": recovery,
+        "checkpoint_save_s": per_save,
+        "checkpoints_per_epoch": len(first_epoch),
+        "epoch_time_s": epoch_time,
+        "checkpoint_share_of_epoch": share,
+    }
+    for key, value in lines.items():
+        print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")
+    return lines

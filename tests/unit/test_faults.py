@@ -1,0 +1,172 @@
+"""Fault injection, safe checkpoint writing, the run preflight and the resumable loader (no Ray)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from course_utils import checkpoints, faults, resumable
+from course_utils import storage as runs  # the `storage` fixture is a folder
+
+
+def test_crash_once_rejects_unknown_modes(tmp_path):
+    with pytest.raises(ValueError) as how:
+        faults.crash_once(tmp_path / "m", how="explode")
+    with pytest.raises(ValueError) as during:
+        faults.crash_once(tmp_path / "m", during="lunch")
+    assert "external" in str(how.value)
+    assert "checkpoint" in str(during.value)
+
+
+def test_in_loop_fault_fires_once_at_its_step(tmp_path):
+    spec = faults.crash_once(tmp_path / "m", rank=1, epoch=1, step=3)
+    faults.maybe_fail(spec, rank=0, epoch=1, step=3)  # other rank
+    faults.maybe_fail(spec, rank=1, epoch=1, step=2)  # other step
+    assert not faults.fired(spec)
+    with pytest.raises(faults.InjectedFault) as err:
+        faults.maybe_fail(spec, rank=1, epoch=1, step=3)
+    assert "epoch 1, step 3" in str(err.value)
+    assert faults.fired(spec)
+    faults.maybe_fail(spec, rank=1, epoch=1, step=3)  # a restarted worker passes: fires once
+
+
+def test_a_list_of_faults_fires_each_once(tmp_path):
+    specs = [faults.crash_once(tmp_path / "a", epoch=1), faults.crash_once(tmp_path / "b", epoch=2)]
+    with pytest.raises(faults.InjectedFault):
+        faults.maybe_fail(specs, rank=1, epoch=1, step=0)
+    faults.maybe_fail(specs, rank=1, epoch=1, step=0)
+    with pytest.raises(faults.InjectedFault):
+        faults.maybe_fail(specs, rank=1, epoch=2, step=0)
+    assert all(faults.fired(s) for s in specs)
+
+
+def test_external_fault_only_announces_the_pid(tmp_path):
+    spec = faults.crash_once(tmp_path / "m", rank=0, epoch=0, step=1, how="external")
+    faults.maybe_fail(spec, rank=0, epoch=0, step=1)  # must not raise or kill this process
+    assert (tmp_path / "m").read_text().split() == [str(os.getpid())]
+
+
+def test_checkpoint_fault_fires_only_while_writing(tmp_path):
+    spec = faults.crash_once(tmp_path / "m", rank=0, epoch=0, step=4, during="checkpoint")
+    faults.maybe_fail(spec, rank=0, epoch=0, step=4)  # the training step itself: no
+    assert not faults.fired(spec)
+    with pytest.raises(faults.InjectedFault):
+        faults.maybe_fail(spec, rank=0, epoch=0, step=4, during="checkpoint")
+
+
+def test_external_killer_needs_an_external_spec_and_reports_a_timeout(tmp_path):
+    with pytest.raises(ValueError):
+        faults.ExternalKiller(faults.crash_once(tmp_path / "m"))
+    killer = faults.ExternalKiller(
+        faults.crash_once(tmp_path / "never", how="external"), timeout_s=0.3, poll_s=0.05
+    ).start()
+    with pytest.raises(RuntimeError) as err:
+        killer.join(5)
+    assert "within" in str(err.value)
+    assert not killer.fired
+
+
+def test_crash_while_writing_leaves_nothing_loadable_to_report(tmp_path):
+    state = {"model": {"w": torch.ones(3)}, "epoch": 1, "history": []}
+
+    def crash():
+        raise faults.InjectedFault("died mid-write")
+
+    with pytest.raises(faults.InjectedFault):
+        checkpoints.write_checkpoint_dir(state, tmp_path / "ckpt", before_commit=crash)
+    assert not (tmp_path / "ckpt" / checkpoints.STATE_FILE).exists()
+    assert (tmp_path / "ckpt" / (checkpoints.STATE_FILE + ".partial")).exists()
+    with pytest.raises(checkpoints.CheckpointError):
+        checkpoints.load_state(tmp_path / "ckpt")
+    good = checkpoints.write_checkpoint_dir(state, tmp_path / "ok")
+    assert torch.equal(checkpoints.load_state(good)["model"]["w"], torch.ones(3))
+
+
+def _fake_run(root, name="run", epochs=2):
+    """A run directory shaped like Ray Train's: checkpoint folders plus the manager snapshot."""
+    run = root / name
+    names = []
+    for epoch in range(epochs):
+        ckpt = f"checkpoint_2026-11-21_00-00-0{epoch}.000000"
+        checkpoints.write_checkpoint_dir({"model": {}, "epoch": epoch, "history": []}, run / ckpt)
+        names.append(ckpt)
+    results = [{"version": 0, "checkpoint_dir_name": n, "metrics": {"epoch": i}} for i, n in enumerate(names)]
+    snapshot = {
+        "ray_version": "2.58.0",
+        "checkpoint_results": results,
+        "checkpoint_report_indices": list(range(epochs)),
+        "latest_checkpoint_result": results[-1],
+    }
+    (run / runs.SNAPSHOT_FILE).write_text(json.dumps(snapshot))
+    return run, names
+
+
+def test_check_run_accepts_a_whole_run_and_a_missing_one(storage):
+    run, names = _fake_run(storage)
+    info = runs.check_run("run")
+    assert info["latest"] == names[-1]
+    assert info["latest_metrics"] == {"epoch": 1}
+    assert runs.check_run("never-trained") is None
+
+
+@pytest.mark.parametrize(
+    "damage", ["truncated snapshot", "deleted checkpoint", "truncated state", "no snapshot"]
+)
+def test_check_run_names_the_damage(storage, damage):
+    run, names = _fake_run(storage)
+    if damage == "truncated snapshot":
+        text = (run / runs.SNAPSHOT_FILE).read_text()
+        (run / runs.SNAPSHOT_FILE).write_text(text[: len(text) // 2])
+    elif damage == "deleted checkpoint":
+        shutil.rmtree(run / names[0])
+    elif damage == "truncated state":
+        path = run / names[-1] / checkpoints.STATE_FILE
+        path.write_bytes(path.read_bytes()[:100])
+    else:
+        (run / runs.SNAPSHOT_FILE).unlink()
+    with pytest.raises(runs.RunCorruptedError) as err:
+        runs.check_run("run")
+    message = str(err.value)
+    assert "reset_run('run')" in message
+    expected = {
+        "truncated snapshot": "unreadable",
+        "deleted checkpoint": "missing",
+        "truncated state": "does not load",
+        "no snapshot": "silently train from scratch",
+    }[damage]
+    assert expected in message
+
+
+def test_expected_indices_cover_every_sample_once_per_epoch():
+    plan = resumable.expected_indices(100, world=2, epochs=2, seed=0)
+    for epoch in plan:
+        flat = [i for rank in epoch for i in rank]
+        assert sorted(flat) == list(range(100))
+    assert plan[0] != plan[1]  # set_epoch reshuffles
+
+
+def test_stateful_loader_resumes_at_the_exact_batch():
+    dataset = TensorDataset(torch.arange(40).float(), torch.arange(40))
+
+    def run(stop_after=None, state=None):
+        recorder = resumable.IndexRecorder(dataset)
+        loader = resumable.make_stateful_loader(recorder, batch=4, rank=1, world=2, seed=0)
+        loader.sampler.set_epoch(3)
+        if state is not None:
+            loader.load_state_dict(state)
+        for step, _ in enumerate(loader):
+            if stop_after is not None and step + 1 == stop_after:
+                return recorder.take(), loader.state_dict()
+        return recorder.take(), None
+
+    uninterrupted, _ = run()
+    first, state = run(stop_after=2)
+    rest, _ = run(state=state)
+    assert first + rest == uninterrupted
+    assert len(first) == 8
+    assert uninterrupted == resumable.expected_indices(40, world=2, epochs=4)[3][1]
