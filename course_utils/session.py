@@ -202,3 +202,53 @@ def train_actors() -> list[dict[str, Any]]:
                 {"class_name": a.class_name, "state": a.state, "pid": a.pid, "actor_id": a.actor_id[:12]}
             )
     return rows
+
+
+class CpuHold:
+    """A placeholder actor that holds CPU slots, to show elastic training on one machine.
+
+    While it holds slots fewer training workers fit; ``release()`` (or ``release_when``)
+    frees them, the way a node joining a real cluster would.
+    """
+
+    def __init__(self, cpus: float, timeout_s: float = 60.0):
+        import ray
+
+        @ray.remote(num_cpus=cpus)
+        class _Hold:
+            def ready(self) -> bool:
+                return True
+
+        self.cpus = cpus
+        self._actor = _Hold.options(name=None).remote()
+        ray.get(self._actor.ready.remote(), timeout=timeout_s)  # it holds the slots from here on
+        self.released_at: float | None = None
+
+    def release(self) -> None:
+        """Free the slots (idempotent)."""
+        import time
+
+        import ray
+
+        if self.released_at is None:
+            ray.kill(self._actor)
+            self.released_at = time.time()
+            print(f"[driver] released {self.cpus:g} CPU slot(s)", flush=True)
+
+    def release_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
+        """Release from a daemon thread as soon as ``condition()`` is true (or at the timeout)."""
+        import threading
+        import time
+
+        def wait() -> None:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                try:
+                    if condition():
+                        break
+                except Exception:  # a condition that fails now may hold later (file mid-write)
+                    pass
+                time.sleep(poll_s)
+            self.release()
+
+        threading.Thread(target=wait, name="cpu-hold-release", daemon=True).start()

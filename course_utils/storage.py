@@ -122,3 +122,21 @@ def _load_from_storage(fs: pafs.FileSystem, path: str, load_state) -> dict[str, 
     from ray.train import Checkpoint
 
     return load_state(Checkpoint(path=path, filesystem=fs))
+
+
+def reported_checkpoints(name: str) -> list[dict[str, Any]]:
+    """The checkpoints Ray Train has registered for run ``name`` (dir name + metrics), oldest first.
+
+    Read from the run's snapshot without loading anything: cheap enough to poll while a run
+    trains (the elastic demo waits for the first checkpoint this way). Empty when none yet.
+    """
+    fs, root = filesystem_and_root()
+    path = f"{root}/{name}/{SNAPSHOT_FILE}"
+    try:
+        with fs.open_input_stream(path) as f:
+            snapshot = json.loads(f.read().decode())
+    except (FileNotFoundError, OSError, ValueError):  # not written yet, or mid-write
+        return []
+    return [
+        {"name": r["checkpoint_dir_name"], "metrics": r["metrics"]} for r in snapshot["checkpoint_results"]
+    ]
