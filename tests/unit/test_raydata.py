@@ -1,0 +1,192 @@
+"""Unit tests for course_utils.raydata: Parquet export, schema checks, the two transforms, the
+batch adapter the Ray Data loop uses, and the ingest benchmark plumbing. No Ray cluster."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from PIL import Image
+
+from course_utils import bench, data, raydata, training
+
+
+@pytest.fixture(scope="module")
+def digits(mnist_root):
+    """512 real training digits (uint8 [N, 28, 28]) and their labels."""
+    return data.raw_arrays(True, 512, mnist_root)
+
+
+def _bytes_column(images: np.ndarray) -> np.ndarray:
+    """What a numpy batch of the Parquet ``image`` column looks like: an object array of bytes."""
+    column = np.empty(len(images), dtype=object)
+    column[:] = [img.tobytes() for img in images]
+    return column
+
+
+def test_vectorised_transform_equals_torchvision_on_real_digits(digits):
+    images, labels = digits
+    out = raydata.normalise_batch({"image": _bytes_column(images), "label": labels})
+    expected = torch.stack([data.TRANSFORM(Image.fromarray(img, mode="L")) for img in images]).numpy()
+    assert out["image"].dtype == np.float32
+    assert out["image"].shape == (len(images), 1, 28, 28)
+    np.testing.assert_allclose(out["image"], expected, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(out["label"], labels)
+    assert out["label"].dtype == np.int64
+
+
+def test_vectorised_transform_accepts_pixel_arrays(digits):
+    images, labels = digits
+    from_bytes = raydata.normalise_batch({"image": _bytes_column(images[:8]), "label": labels[:8]})
+    from_pixels = raydata.normalise_batch({"image": images[:8], "label": labels[:8]})
+    np.testing.assert_array_equal(from_bytes["image"], from_pixels["image"])
+
+
+def test_per_row_reference_transform_matches_vectorised(digits):
+    images, labels = digits
+    fast = raydata.normalise_batch({"image": _bytes_column(images[:16]), "label": labels[:16]})
+    for i in range(16):
+        row = raydata.per_row_pil({"image": images[i].tobytes(), "label": labels[i]})
+        np.testing.assert_allclose(row["image"], fast["image"][i], rtol=0, atol=1e-6)
+        assert row["label"] == labels[i]
+
+
+def test_batch_without_needed_columns_is_a_clear_error(digits):
+    images, _ = digits
+    with pytest.raises(raydata.DatasetColumnsError) as info:
+        raydata.normalise_batch({"pixels": images[:2]})
+    message = str(info.value)
+    assert "missing ['image', 'label']" in message and "pixels" in message
+
+
+def test_write_parquet_round_trip_and_rewrite_replaces(tmp_path, digits):
+    images, labels = digits
+    path = tmp_path / "digits.parquet"
+    raydata.write_parquet(images, labels, path, num_files=3)
+    raydata.write_parquet(images, labels, path, num_files=3)  # again: replaced, not doubled
+    files = sorted(path.glob("*.parquet"))
+    assert len(files) == 3
+    table = pq.read_table(path)
+    assert table.schema.equals(raydata.SCHEMA)
+    assert table.num_rows == len(labels)
+    pixels = np.frombuffer(b"".join(table.column("image").to_pylist()), dtype=np.uint8)
+    np.testing.assert_array_equal(pixels.reshape(-1, 28, 28), images)
+    np.testing.assert_array_equal(table.column("label").to_numpy(), labels)
+
+
+def test_write_parquet_rejects_bad_shapes(tmp_path, digits):
+    images, labels = digits
+    with pytest.raises(ValueError) as wrong_shape:
+        raydata.write_parquet(images.reshape(len(images), -1), labels, tmp_path / "a")
+    with pytest.raises(ValueError) as wrong_count:
+        raydata.write_parquet(images, labels[:-1], tmp_path / "b")
+    assert "[N, 28, 28]" in str(wrong_shape.value)
+    assert "labels" in str(wrong_count.value)
+
+
+def test_export_mnist_parquet_replicates_under_storage(storage, mnist_root):
+    path = raydata.export_mnist_parquet("train", 100, replicate=3, data_root=mnist_root)
+    assert path.startswith(str(storage))
+    table = pq.read_table(path)
+    assert table.num_rows == 300
+    labels = table.column("label").to_numpy()
+    np.testing.assert_array_equal(labels[:100], data.raw_arrays(True, 100, mnist_root)[1])
+    with pytest.raises(ValueError):
+        raydata.export_mnist_parquet("validation", 10, data_root=mnist_root)
+
+
+def test_read_digits_missing_path_names_it(tmp_path):
+    missing = tmp_path / "nowhere.parquet"
+    with pytest.raises(FileNotFoundError) as info:
+        raydata.read_digits(missing)
+    assert str(missing) in str(info.value)
+    assert "export_mnist_parquet" in str(info.value)
+
+
+def test_read_digits_wrong_columns_fails_before_ray(tmp_path):
+    path = tmp_path / "other"
+    path.mkdir()
+    table = pa.table({"pixels": pa.array([b"x" * 784]), "target": pa.array([1], type=pa.int64())})
+    pq.write_table(table, path / "part-000.parquet")
+    with pytest.raises(raydata.DatasetColumnsError) as info:
+        raydata.read_digits(path)
+    assert "missing ['image', 'label']" in str(info.value)
+    assert "pixels" in str(info.value)
+
+
+class FakeShard:
+    """Stands in for ``ray.train.get_dataset_shard``: records the call, yields dict batches."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, columns=("image", "label")):
+        self.images, self.labels, self.columns, self.calls = images, labels, columns, []
+
+    def iter_torch_batches(self, **kwargs):
+        self.calls.append(kwargs)
+        size = kwargs["batch_size"]
+        for i in range(0, len(self.labels), size):
+            batch = {"image": self.images[i : i + size], "label": self.labels[i : i + size]}
+            yield {name: batch[key] for name, key in zip(self.columns, ("image", "label"), strict=True)}
+
+
+def test_torch_batches_feeds_train_one_epoch(digits):
+    images, labels = digits
+    out = raydata.normalise_batch({"image": images[:64], "label": labels[:64]})
+    shard = FakeShard(torch.from_numpy(out["image"]), torch.from_numpy(out["label"]))
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    counter = raydata.RowCounter()
+    batches = raydata.torch_batches(shard, 16, torch.device("cpu"), shuffle_buffer=32, seed=7)
+    first = training.train_one_epoch(model, counter.count(batches), optimizer, torch.device("cpu"))
+    again = raydata.torch_batches(shard, 16, torch.device("cpu"), shuffle_buffer=32, seed=8)
+    second = training.train_one_epoch(model, again, optimizer, torch.device("cpu"))
+    assert counter.rows == 64
+    assert np.isfinite(first) and second < first
+    assert shard.calls[0]["dtypes"] == {"image": torch.float32, "label": torch.int64}
+    assert shard.calls[0]["batch_size"] == 16
+    assert (shard.calls[0]["local_shuffle_buffer_size"], shard.calls[0]["local_shuffle_seed"]) == (32, 7)
+
+
+def test_torch_batches_wrong_columns_is_a_clear_error(digits):
+    images, labels = digits
+    shard = FakeShard(torch.zeros(4, 1, 28, 28), torch.zeros(4), columns=("x", "y"))
+    with pytest.raises(raydata.DatasetColumnsError) as info:
+        next(raydata.torch_batches(shard, 2, torch.device("cpu"), None, None))
+    assert "training batch" in str(info.value)
+
+
+def test_measure_ingest_table_on_dataloaders(digits):
+    images, labels = digits
+    slow = torch.utils.data.DataLoader(raydata.DigitsDataset(images, labels), batch_size=64)
+    fast = torch.utils.data.DataLoader(
+        torch.utils.data.TensorDataset(torch.zeros(len(labels), 1, 28, 28), torch.from_numpy(labels)),
+        batch_size=256,
+    )
+    table = raydata.measure_ingest({"slow": slow, "fast": fast}, rounds=2, progress=False)
+    assert list(table["pipeline"]) == ["slow", "fast"]
+    assert (table["rows"] == len(labels)).all()
+    assert table["speedup"].iloc[0] == pytest.approx(1.0)
+    assert (table["rows_per_s"] > 0).all()
+    with pytest.raises(ValueError):
+        raydata.measure_ingest({"slow": slow}, rounds=0)
+
+
+def test_digits_dataset_matches_vectorised_transform(digits):
+    images, labels = digits
+    image, label = raydata.DigitsDataset(images, labels)[3]
+    fast = raydata.normalise_batch({"image": images[3:4], "label": labels[3:4]})
+    np.testing.assert_allclose(image.numpy(), fast["image"][0], rtol=0, atol=1e-6)
+    assert label == labels[3]
+
+
+def test_bench_dispatches_ingest_and_rejects_unknown(capsys):
+    module, function, _ = bench.COMMANDS["ingest"]
+    assert module == "course_utils.raydata" and callable(getattr(raydata, function))
+    with pytest.raises(SystemExit) as unknown:
+        bench.main(["no-such-bench"])
+    with pytest.raises(SystemExit) as helped:
+        bench.main(["ingest", "--help"])
+    assert unknown.value.code == 2
+    assert helped.value.code == 0
+    assert "--rows" in capsys.readouterr().out
