@@ -1,0 +1,399 @@
+"""Predictions from a training checkpoint: one Ray actor per model, or a pool over Ray Data.
+
+Two ways to serve the same checkpoint, so lesson 05 can compare them:
+
+- ``ModelWorker``: a Ray actor that loads the model once and answers ``predict`` calls. The
+  reference course calls it once per image (``ray.get(worker.predict.remote(x))``), paying a
+  round trip and a batch-of-one forward pass for every digit.
+- ``BatchPredictor``: a callable class for ``Dataset.map_batches`` run by a pool of actors
+  (``ray.data.ActorPoolStrategy``): each actor loads the model once and scores whole batches.
+
+Actors ask for one CPU, and for a GPU only when the cluster has one. Their names start with
+``ACTOR_PREFIX`` so lesson 06 can find and remove what the course left running.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from course_utils.data import MEAN, STD
+
+ACTOR_PREFIX = "course-"
+NUM_CLASSES = 10
+
+
+def to_model_input(images: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """Digits as the model wants them: float [N, 1, 28, 28], normalised like the training data.
+
+    Accepts raw uint8 digits ([28, 28], [N, 28, 28] or [N, 1, 28, 28]), normalised the same
+    way as ``course_utils.data.TRANSFORM``, or float tensors that are already normalised.
+    """
+    if not isinstance(images, torch.Tensor):
+        images = np.asarray(images)
+        # Ray hands actors read-only arrays; torch wants to own writable memory.
+        images = torch.from_numpy(images if images.flags.writeable else images.copy())
+    x = images
+    if not x.dtype.is_floating_point:
+        x = (x.float() / 255.0 - MEAN) / STD
+    if x.dim() == 2:
+        x = x.unsqueeze(0)
+    if x.dim() == 3:
+        x = x.unsqueeze(1)
+    if x.dim() != 4 or tuple(x.shape[1:]) != (1, 28, 28):
+        raise ValueError(f"Expected digits shaped [N, 28, 28] or [N, 1, 28, 28], got {tuple(x.shape)}.")
+    return x.contiguous()
+
+
+def model_worker_options(use_gpu: bool | None = None) -> dict[str, float]:
+    """Ray resources for one model actor: 1 CPU, plus 1 GPU only when one exists.
+
+    ``use_gpu=None`` asks the running cluster (or, without Ray, this machine) whether it has a GPU.
+    """
+    if use_gpu is None:
+        import ray
+
+        from course_utils.device import has_gpu
+
+        use_gpu = ray.cluster_resources().get("GPU", 0) >= 1 if ray.is_initialized() else has_gpu()
+    return {"num_cpus": 1, "num_gpus": 1} if use_gpu else {"num_cpus": 1}
+
+
+def _load(checkpoint: Any) -> tuple[torch.nn.Module, torch.device]:
+    """The checkpoint's model on this process's device (inside an actor: the GPU Ray gave it, if any)."""
+    from course_utils.checkpoints import load_model
+    from course_utils.device import get_device
+
+    device = get_device()
+    return load_model(checkpoint, map_location=device), device
+
+
+class ModelWorker:
+    """A model held in memory by a Ray actor; ``predict`` answers with one class per digit.
+
+    Plain class: make it an actor with ``ray.remote(ModelWorker)`` (see ``start_model_worker``).
+    ``checkpoint`` is a checkpoint directory or a ``ray.train.Checkpoint`` (loaded once, here).
+    """
+
+    def __init__(self, checkpoint: Any) -> None:
+        start = time.perf_counter()
+        self.model, self.device = _load(checkpoint)
+        self.load_seconds = time.perf_counter() - start
+        self.calls = 0
+
+    @torch.inference_mode()
+    def predict(self, images: np.ndarray | torch.Tensor) -> np.ndarray:
+        """Predicted class (int64) for each digit; a single [28, 28] digit gives one prediction."""
+        self.calls += 1
+        logits = self.model(to_model_input(images).to(self.device))
+        return logits.argmax(dim=1).cpu().numpy()
+
+    def info(self) -> dict[str, Any]:
+        """Where this worker runs and what it has done, for the notebook to print."""
+        return {
+            "pid": os.getpid(),
+            "device": str(self.device),
+            "load_seconds": round(self.load_seconds, 3),
+            "predict_calls": self.calls,
+        }
+
+
+def start_model_worker(checkpoint: Any, name: str | None = None):
+    """Start a ``ModelWorker`` actor (1 CPU; 1 GPU only if the cluster has one) and return its handle.
+
+    The actor gets a name starting with ``ACTOR_PREFIX`` so the cleanup lesson can find it.
+    """
+    import ray
+
+    actor_class = ray.remote(ModelWorker)
+    name = name or f"{ACTOR_PREFIX}model-worker-{os.getpid()}-{time.monotonic_ns()}"
+    if not name.startswith(ACTOR_PREFIX):
+        raise ValueError(f"Course actor names start with {ACTOR_PREFIX!r}, got {name!r}.")
+    return actor_class.options(name=name, **model_worker_options()).remote(checkpoint)
+
+
+def predict_one_by_one(worker: Any, images: np.ndarray, progress: bool = True) -> np.ndarray:
+    """The reference course's loop: one ``ray.get(worker.predict.remote(x))`` per digit."""
+    import ray
+    from tqdm.auto import tqdm
+
+    predictions = []
+    for x in tqdm(images, desc="one call per image", disable=not progress, leave=False):
+        predictions.append(ray.get(worker.predict.remote(x))[0])
+    return np.asarray(predictions, dtype=np.int64)
+
+
+class BatchPredictor:
+    """``map_batches`` callable: each pool actor loads the model once, then scores whole batches.
+
+    Takes a batch ``{"image": uint8 [B, 28, 28], "label": ...}`` and returns the labels (when
+    given) with a ``prediction`` column; the images are not sent back.
+    """
+
+    def __init__(self, checkpoint: Any) -> None:
+        self.model, self.device = _load(checkpoint)
+
+    @torch.inference_mode()
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        logits = self.model(to_model_input(batch["image"]).to(self.device))
+        out = {"prediction": logits.argmax(dim=1).cpu().numpy()}
+        if "label" in batch:
+            out["label"] = np.asarray(batch["label"])
+        return out
+
+
+def images_dataset(images: np.ndarray, labels: np.ndarray | None = None, blocks: int = 4):
+    """A Ray Dataset with an ``image`` tensor column (and ``label``) in ``blocks`` blocks.
+
+    Several blocks, so every actor of a pool gets work (one block goes to one actor at a time).
+    """
+    import pyarrow as pa
+    import ray.data
+    from ray.data.extensions import ArrowTensorArray
+
+    images = np.ascontiguousarray(images)
+    labels = None if labels is None else np.asarray(labels, dtype=np.int64)
+    tables = []
+    for idx in np.array_split(np.arange(len(images)), max(1, min(blocks or 1, len(images)))):
+        columns = {"image": ArrowTensorArray.from_numpy(images[idx])}
+        if labels is not None:
+            columns["label"] = pa.array(labels[idx])
+        tables.append(pa.table(columns))
+    return ray.data.from_arrow(tables)
+
+
+def batch_predict(ds: Any, checkpoint: Any, *, pool_size: int = 2, batch_size: int = 256):
+    """Score every row of ``ds`` with a pool of ``pool_size`` model actors (a lazy Dataset).
+
+    ``ActorPoolStrategy`` is how Ray 2.58 spells an actor pool (``concurrency=`` is deprecated);
+    each actor takes the same resources as a ``ModelWorker``.
+    """
+    import ray.data
+
+    return ds.map_batches(
+        BatchPredictor,
+        fn_constructor_kwargs={"checkpoint": checkpoint},
+        compute=ray.data.ActorPoolStrategy(size=pool_size),
+        batch_size=batch_size,
+        batch_format="numpy",
+        **model_worker_options(),
+    )
+
+
+def collect_predictions(predicted_ds: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, predictions) of a ``batch_predict`` Dataset, pulled to the driver."""
+    labels, predictions = [], []
+    for batch in predicted_ds.iter_batches(batch_size=None, batch_format="numpy"):
+        labels.append(batch["label"])
+        predictions.append(batch["prediction"])
+    if not predictions:
+        raise ValueError("The dataset was empty: there is nothing to score.")
+    return np.concatenate(labels), np.concatenate(predictions)
+
+
+def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
+    """Share of predictions equal to the labels."""
+    labels, predictions = np.asarray(labels), np.asarray(predictions)
+    if labels.shape != predictions.shape or labels.size == 0:
+        raise ValueError(
+            f"Need equal, non-empty label and prediction arrays: {labels.shape} vs {predictions.shape}."
+        )
+    return float((labels == predictions).mean())
+
+
+def confusion_matrix(
+    labels: np.ndarray, predictions: np.ndarray, num_classes: int = NUM_CLASSES
+) -> np.ndarray:
+    """Counts [true class, predicted class]."""
+    labels, predictions = np.asarray(labels, dtype=np.int64), np.asarray(predictions, dtype=np.int64)
+    accuracy(labels, predictions)  # same shape checks
+    if labels.min() < 0 or predictions.min() < 0 or max(labels.max(), predictions.max()) >= num_classes:
+        raise ValueError(f"Classes must lie in 0..{num_classes - 1}.")
+    matrix = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(matrix, (labels, predictions), 1)
+    return matrix
+
+
+def trained_result(run_name: str | None = None):
+    """The ``ray.train.Result`` of lesson 02's run, read back from storage with ``Result.from_path``.
+
+    When the run is missing or holds no checkpoint (lesson 05 run on its own), trains it now
+    through ``course_utils.training.make_trainer`` and says so.
+    """
+    import ray.train
+
+    from course_utils.storage import LESSON02_RUN, run_exists, run_path
+    from course_utils.training import make_trainer
+
+    run_name = run_name or LESSON02_RUN
+    if run_exists(run_name):
+        try:
+            result = ray.train.Result.from_path(run_path(run_name))
+            if result.best_checkpoints:
+                print(
+                    f"Found run {run_name!r} with {len(result.best_checkpoints)} kept checkpoint(s) at {result.path}"
+                )
+                return result
+        except RuntimeError as exc:  # the folder exists but the run never registered a checkpoint
+            print(f"Run {run_name!r} cannot be read back ({exc}).")
+    print(
+        f"No checkpoint of run {run_name!r} in storage yet (lesson 02 has not run here), so training a "
+        "small one now with course_utils.training.make_trainer: about a minute in the smoke profile."
+    )
+    return make_trainer(run_name).fit()
+
+
+def placeholder_checkpoint(directory: str | Path | None = None) -> Path:
+    """A checkpoint dir holding an untrained ResNet-18: for speed tests, where weights don't matter."""
+    from course_utils.checkpoints import training_state, write_checkpoint_dir
+    from course_utils.model import build_resnet18
+
+    torch.manual_seed(0)
+    directory = directory or tempfile.mkdtemp(prefix="course-untrained-")
+    return write_checkpoint_dir(training_state(build_resnet18(), None, 0, []), directory)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Images per second of per-image remote calls vs batch inference, measured in one run."""
+
+    per_image_images: int
+    per_image_seconds: float
+    batch_images: int
+    batch_seconds: float
+
+    @property
+    def per_image_rate(self) -> float:
+        return self.per_image_images / self.per_image_seconds
+
+    @property
+    def batch_rate(self) -> float:
+        return self.batch_images / self.batch_seconds
+
+    @property
+    def ratio(self) -> float:
+        return self.batch_rate / self.per_image_rate
+
+    def lines(self) -> list[str]:
+        """``name: value`` lines, ending with the ratio."""
+        return [
+            f"per_image_images: {self.per_image_images}",
+            f"per_image_seconds: {self.per_image_seconds:.2f}",
+            f"per_image_images_per_s: {self.per_image_rate:.1f}",
+            f"batch_images: {self.batch_images}",
+            f"batch_seconds: {self.batch_seconds:.2f}",
+            f"batch_images_per_s: {self.batch_rate:.1f}",
+            f"batch_vs_per_image_ratio: {self.ratio:.1f}",
+        ]
+
+
+def measure_throughput(
+    checkpoint: Any,
+    images: np.ndarray,
+    *,
+    per_image: int = 300,
+    batch_copies: int = 1,
+    pool_size: int = 2,
+    batch_size: int = 256,
+    worker: Any = None,
+    progress: bool = True,
+) -> Throughput:
+    """Time both ways side by side on the same digits and the same checkpoint.
+
+    Per-image: ``per_image`` sequential ``ray.get(worker.predict.remote(x))`` calls on a
+    loaded, warmed-up ``ModelWorker`` (its start-up is not counted). Batch: the whole Ray Data
+    pipeline, from building the Dataset of ``images`` repeated ``batch_copies`` times to the
+    last prediction on the driver, actor-pool start-up and model loading included.
+    """
+    import ray
+
+    own_worker = worker is None
+    if own_worker:
+        worker = start_model_worker(checkpoint)
+    try:
+        ray.get(worker.predict.remote(images[:1]))  # loaded and warm before the clock starts
+        sample = images[: min(per_image, len(images))]
+        start = time.perf_counter()
+        predict_one_by_one(worker, sample, progress=progress)
+        per_image_seconds = time.perf_counter() - start
+    finally:
+        if own_worker:
+            ray.kill(worker, no_restart=True)
+
+    many = np.concatenate([images] * batch_copies) if batch_copies > 1 else images
+    labels = np.zeros(len(many), dtype=np.int64)
+    start = time.perf_counter()
+    ds = images_dataset(many, labels, blocks=max(pool_size * 4, len(many) // (batch_size * 4)))
+    _, predictions = collect_predictions(
+        batch_predict(ds, checkpoint, pool_size=pool_size, batch_size=batch_size)
+    )
+    batch_seconds = time.perf_counter() - start
+    if len(predictions) != len(many):
+        raise RuntimeError(f"Batch inference returned {len(predictions)} predictions for {len(many)} digits.")
+    return Throughput(len(sample), per_image_seconds, len(many), batch_seconds)
+
+
+def bench_checkpoint(run_name: str | None = None) -> tuple[Any, str]:
+    """(checkpoint, description) for the benchmark: lesson 02's best when it exists, else untrained.
+
+    Speed does not depend on the weights, so the benchmark never trains just to get some.
+    """
+    import ray.train
+
+    from course_utils.storage import LESSON02_RUN, run_exists, run_path
+
+    run_name = run_name or LESSON02_RUN
+    if run_exists(run_name):
+        try:
+            best = ray.train.Result.from_path(run_path(run_name)).get_best_checkpoint("accuracy", "max")
+            if best is not None:
+                return best, f"best checkpoint of {run_name}"
+        except RuntimeError:
+            pass
+    return str(placeholder_checkpoint()), "untrained ResNet-18 (speed does not depend on the weights)"
+
+
+def bench_inference(argv: Sequence[str] | None = None) -> Throughput:
+    """``python -m course_utils.bench inference``: per-image remote calls vs batch inference."""
+    import argparse
+
+    from course_utils import data, session
+
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.bench inference",
+        description="images/s of one ray.get(worker.predict.remote(x)) per digit vs Ray Data batch inference",
+    )
+    parser.add_argument("--per-image", type=int, default=300, help="digits sent one call at a time")
+    parser.add_argument(
+        "--copies", type=int, default=30, help="batch side scores the test digits this many times over"
+    )
+    parser.add_argument("--pool-size", type=int, default=2, help="model actors in the Ray Data pool")
+    parser.add_argument("--batch-size", type=int, default=512)
+    args = parser.parse_args(argv)
+
+    data.ensure_mnist(verbose=False)
+    session.start_ray(verbose=False)
+    checkpoint, described = bench_checkpoint()
+    images, _ = data.raw_arrays(train=False)
+    print(f"checkpoint: {described}")
+    result = measure_throughput(
+        checkpoint,
+        images,
+        per_image=args.per_image,
+        batch_copies=args.copies,
+        pool_size=args.pool_size,
+        batch_size=args.batch_size,
+        progress=False,
+    )
+    print(f"pool_size: {args.pool_size}")
+    print(f"batch_size: {args.batch_size}")
+    print("\n".join(result.lines()), flush=True)
+    return result
