@@ -98,3 +98,39 @@ def bars(values: dict[str, float], ylabel: str, title: str) -> Figure:
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def confusion_matrix(
+    matrix, title: str = "Confusion matrix", class_names: Sequence[str] | None = None
+) -> Figure:
+    """A [true, predicted] count matrix as a heat map with the counts written in, and per-class recall."""
+    import numpy as np
+
+    matrix = np.asarray(matrix)
+    n = matrix.shape[0]
+    names = list(class_names) if class_names is not None else [str(i) for i in range(n)]
+    fig, ax = plt.subplots(figsize=(6.2, 5.4))
+    image = ax.imshow(matrix, cmap="Blues")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="digits")
+    threshold = matrix.max() / 2 if matrix.size and matrix.max() else 0
+    for i in range(n):
+        for j in range(n):
+            if matrix[i, j]:
+                ax.text(
+                    j,
+                    i,
+                    int(matrix[i, j]),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if matrix[i, j] > threshold else ("black" if i == j else "tab:red"),
+                )
+    recall = matrix.diagonal() / np.maximum(matrix.sum(axis=1), 1)
+    ax.set_xticks(range(n), names)
+    ax.set_yticks(range(n), [f"{name} ({r:.0%})" for name, r in zip(names, recall, strict=True)])
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true (recall)")
+    total = matrix.sum()
+    ax.set_title(f"{title}\naccuracy {matrix.trace() / max(total, 1):.1%} on {total:,} digits")
+    fig.tight_layout()
+    return fig
