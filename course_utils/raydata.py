@@ -337,7 +337,8 @@ def consume_loader(loader: torch.utils.data.DataLoader) -> int:
 def measure_ingest(pipelines: dict[str, Any], rounds: int = 3, progress: bool = True):
     """Rows/s of each pipeline, measured in interleaved rounds (A, B, C, A, B, C, ...).
 
-    A pipeline is a Ray Dataset (consumed with ``iter_batches``) or a DataLoader. A first,
+    A pipeline is a Ray Dataset (consumed with ``iter_batches``), a DataLoader, or a function
+    returning an iterable of dict batches (to time ``iter_torch_batches`` options). A first,
     untimed pass warms each one up (worker processes, imports), so start-up is not billed to
     whichever runs first. Interleaving makes a busy neighbour slow all of them alike. Returns a
     DataFrame with the median rows/s per pipeline and its speed-up over the first (slowest) one.
@@ -349,7 +350,11 @@ def measure_ingest(pipelines: dict[str, Any], rounds: int = 3, progress: bool = 
         raise ValueError(f"rounds must be at least 1, got {rounds}.")
 
     def run(p: Any) -> int:
-        return consume_loader(p) if isinstance(p, torch.utils.data.DataLoader) else consume(p)
+        if isinstance(p, torch.utils.data.DataLoader):
+            return consume_loader(p)
+        if callable(p):  # a function returning fresh dict batches, e.g. lambda: ds.iter_torch_batches()
+            return sum(len(batch[LABEL]) for batch in p())
+        return consume(p)
 
     times: dict[str, list[float]] = {name: [] for name in pipelines}
     rows: dict[str, int] = {}

@@ -190,3 +190,10 @@ def test_bench_dispatches_ingest_and_rejects_unknown(capsys):
     assert unknown.value.code == 2
     assert helped.value.code == 0
     assert "--rows" in capsys.readouterr().out
+
+
+def test_measure_ingest_accepts_batch_functions(digits):
+    _, labels = digits
+    batches = [{"label": labels[:100]}, {"label": labels[100:]}]
+    table = raydata.measure_ingest({"calls": lambda: iter(batches)}, rounds=1, progress=False)
+    assert table["rows"].iloc[0] == len(labels)
