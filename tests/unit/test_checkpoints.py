@@ -1,0 +1,69 @@
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from course_utils import checkpoints
+from course_utils.model import build_resnet18
+
+
+def _state():
+    model = build_resnet18()
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.zeros(2, 1, 28, 28)).sum().backward()
+    optimizer.step()
+    return model, optimizer, checkpoints.training_state(model, optimizer, 3, [{"epoch": 3, "accuracy": 0.9}])
+
+
+def test_write_and_load_round_trip(tmp_path):
+    model, optimizer, state = _state()
+    directory = checkpoints.write_checkpoint_dir(state, tmp_path / "ckpt")
+    loaded = checkpoints.load_state(directory)
+    assert loaded["epoch"] == 3
+    assert torch.equal(loaded["model"]["conv1.weight"], model.state_dict()["conv1.weight"])
+    assert json.loads((directory / checkpoints.HISTORY_FILE).read_text()) == [{"epoch": 3, "accuracy": 0.9}]
+    assert not list(directory.glob("*.partial"))
+
+
+def test_default_directory_is_a_fresh_temp_dir():
+    _, _, state = _state()
+    a, b = checkpoints.write_checkpoint_dir(state), checkpoints.write_checkpoint_dir(state)
+    assert a != b and (a / checkpoints.STATE_FILE).exists()
+
+
+def test_truncated_checkpoint_is_a_clear_error(tmp_path):
+    _, _, state = _state()
+    directory = checkpoints.write_checkpoint_dir(state, tmp_path)
+    path = directory / checkpoints.STATE_FILE
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(checkpoints.CheckpointError, match="cannot be loaded"):
+        checkpoints.load_state(directory)
+
+
+def test_missing_state_is_a_clear_error(tmp_path):
+    with pytest.raises(checkpoints.CheckpointError, match="incomplete"):
+        checkpoints.load_state(tmp_path)
+
+
+def test_rng_state_round_trip():
+    state = checkpoints.rng_state()
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    checkpoints.set_rng_state(state)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+def test_load_model_from_dir_and_file(tmp_path):
+    model, _, state = _state()
+    directory = checkpoints.write_checkpoint_dir(state, tmp_path / "dir")
+    torch.save(model.state_dict(), tmp_path / "model.pt")
+    for source in (directory, tmp_path / "model.pt"):
+        loaded = checkpoints.load_model(source)
+        assert torch.equal(loaded.state_dict()["fc.weight"], model.state_dict()["fc.weight"])
+        assert not loaded.training
+
+
+def test_training_state_holds_what_resumption_needs():
+    _, _, state = _state()
+    assert {"model", "optimizer", "epoch", "history", "rng"} <= set(state)

@@ -1,0 +1,84 @@
+from pathlib import Path
+
+import pytest
+
+from course_utils import config
+
+
+def test_smoke_profile_is_small_and_cpu(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
+    p = config.get_profile()
+    assert (p.name, p.use_gpu, p.num_workers) == ("smoke", False, 2)
+    assert p.train_size <= 5000 and p.epochs <= 3
+
+
+def test_auto_is_smoke_without_gpu(monkeypatch):
+    monkeypatch.setattr(config, "gpu_count", lambda: 0)
+    assert config.profile_name("auto") == "smoke"
+
+
+def test_auto_is_full_with_gpus(monkeypatch):
+    monkeypatch.setattr(config, "gpu_count", lambda: 4)
+    assert config.profile_name("auto") == "full"
+    p = config.get_profile("full")
+    assert (p.num_workers, p.use_gpu, p.train_size) == (4, True, None)
+
+
+def test_profile_name_is_case_insensitive():
+    assert config.profile_name(" Smoke ") == "smoke"
+
+
+def test_unknown_profile_names_the_allowed_ones(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "fast")
+    with pytest.raises(config.CourseConfigError) as info:
+        config.get_profile()
+    message = str(info.value)
+    assert "'fast'" in message and "smoke, full, auto" in message and "COURSE_PROFILE" in message
+
+
+def test_profile_with_and_to_dict():
+    p = config.SMOKE.with_(epochs=1, train_size=64)
+    assert p.epochs == 1 and config.SMOKE.epochs == 3
+    assert p.to_dict()["train_size"] == 64
+
+
+def test_storage_root_from_env_is_created(tmp_path, monkeypatch):
+    target = tmp_path / "a" / "b"
+    monkeypatch.setenv("COURSE_STORAGE", str(target))
+    assert config.storage_root() == str(target.resolve())
+    assert target.is_dir()
+
+
+def test_storage_root_keeps_uris(monkeypatch):
+    monkeypatch.setenv("COURSE_STORAGE", "s3://bucket/prefix/")
+    assert config.storage_root() == "s3://bucket/prefix"
+    assert config.is_remote_uri("s3://bucket/prefix") and not config.is_remote_uri("/tmp/x")
+
+
+def test_unwritable_storage_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("COURSE_STORAGE", "/proc/course-storage")  # unwritable even for root
+    with pytest.raises(config.CourseConfigError) as info:
+        config.storage_root()
+    message = str(info.value)
+    assert (
+        "COURSE_STORAGE" in message
+        and "/proc/course-storage" in message
+        and "not a writable folder" in message
+    )
+
+
+def test_data_root_from_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_DATA", str(tmp_path / "d"))
+    assert config.data_root() == (tmp_path / "d").resolve()
+
+
+def test_local_output_dir_local_and_remote(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "s"))
+    assert config.local_output_dir("x") == (tmp_path / "s" / "x").resolve()
+    monkeypatch.setenv("COURSE_STORAGE", "s3://b/p")
+    monkeypatch.setattr(config, "build_root", lambda: tmp_path / "build")
+    assert config.local_output_dir("x") == tmp_path / "build" / "x"
+
+
+def test_build_root_is_in_repo():
+    assert config.build_root() == Path(config.REPO_ROOT) / "build"

@@ -1,0 +1,45 @@
+import json
+
+from course_utils import run_course
+from course_utils.notebook import show_source
+from course_utils.training import per_worker_batch
+
+
+def test_show_source_prints_outside_ipython(capsys, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_ipython(name, *args, **kwargs):
+        if name.startswith("IPython"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_ipython)
+    show_source(per_worker_batch)
+    assert "def per_worker_batch" in capsys.readouterr().out
+
+
+def test_lessons_are_numbered_in_order():
+    names = [p.name for p in run_course.lessons()]
+    assert names == sorted(names) and names[0].startswith("01_")
+
+
+def test_lessons_selector():
+    assert [p.name[:2] for p in run_course.lessons(["02"])] == ["02"]
+
+
+def test_index_links_lessons_with_times(tmp_path):
+    lessons = run_course.lessons()[:2]
+    index = run_course.write_index(tmp_path, [(lessons[0], 90.0, "ok"), (lessons[1], None, "FAILED")])
+    page = index.read_text()
+    assert f'href="html/{lessons[0].stem}.html"' in page and "1.5 min" in page and "FAILED" in page
+
+
+def test_committed_notebooks_have_no_outputs_and_the_course_kernel():
+    for path in run_course.lessons():
+        nb = json.loads(path.read_text())
+        assert nb["metadata"]["kernelspec"]["name"] == run_course.KERNEL, path.name
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "code":
+                assert not cell["outputs"] and cell["execution_count"] is None, f"{path.name} has outputs"

@@ -1,0 +1,35 @@
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from course_utils import plots  # noqa: E402
+
+
+def test_sample_grid(mnist_root):
+    from course_utils import data
+
+    fig = plots.sample_grid(data.mnist(True, mnist_root), n=8, cols=4)
+    assert isinstance(fig, Figure) and len(fig.axes) == 8
+
+
+def test_loss_curves_with_and_without_accuracy():
+    history = pd.DataFrame(
+        {"epoch": [0, 1], "train_loss": [1.0, 0.5], "test_loss": [1.1, 0.6], "accuracy": [0.5, 0.8]}
+    )
+    assert len(plots.loss_curves(history).axes) == 2
+    assert len(plots.loss_curves(history.drop(columns="accuracy")).axes) == 1
+
+
+def test_prediction_grid_marks_wrong_in_red():
+    fig = plots.prediction_grid(torch.zeros(3, 1, 28, 28), [1, 2, 3], [1, 0, 3], cols=3)
+    colors = [ax.title.get_color() for ax in fig.axes[:3]]
+    assert colors == ["green", "red", "green"]
+
+
+def test_bars_labels_values():
+    fig = plots.bars({"a": 10.0, "b": 2000.0}, "images/s", "t")
+    assert [t.get_text() for t in fig.axes[0].texts] == ["10", "2,000"]

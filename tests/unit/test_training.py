@@ -1,0 +1,51 @@
+import pytest
+import torch
+
+from course_utils import config, data, training
+from course_utils.model import build_resnet18
+
+
+def test_per_worker_batch_splits_evenly():
+    assert training.per_worker_batch(128, 2) == 64
+    assert training.per_worker_batch(128, 1) == 128
+
+
+def test_per_worker_batch_uneven_is_a_clear_error():
+    with pytest.raises(ValueError) as info:
+        training.per_worker_batch(100, 3)
+    message = str(info.value)
+    assert "100" in message and "3 workers" in message and "99 or 102" in message
+
+
+def test_per_worker_batch_rejects_nonsense():
+    with pytest.raises(ValueError):
+        training.per_worker_batch(128, 0)
+
+
+def test_train_one_epoch_lowers_loss_and_evaluate_scores(mnist_root):
+    torch.manual_seed(0)
+    ds = data.take(data.mnist(True, mnist_root), 256)
+    loader = data.make_loader(ds, 64, shuffle=True)
+    model = build_resnet18()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    steps = []
+    first = training.train_one_epoch(model, loader, optimizer, torch.device("cpu"), on_step=steps.append)
+    second = training.train_one_epoch(model, loader, optimizer, torch.device("cpu"))
+    assert steps == [0, 1, 2, 3]
+    assert second < first
+    scores = training.evaluate(model, data.make_loader(ds, 128, shuffle=False), torch.device("cpu"))
+    assert set(scores) == {"test_loss", "accuracy"} and 0.0 <= scores["accuracy"] <= 1.0
+
+
+def test_train_baseline_writes_metrics_and_model(mnist_root, tmp_path):
+    profile = config.SMOKE.with_(epochs=2, train_size=256, test_size=64, batch_size=64)
+    history = training.train_baseline(profile, out_dir=tmp_path, data_root=mnist_root, progress=False)
+    assert list(history["epoch"]) == [0, 1]
+    assert history["train_loss"].iloc[1] < history["train_loss"].iloc[0]
+    assert (tmp_path / "metrics.csv").exists() and (tmp_path / "model.pt").exists()
+
+
+def test_loop_config_has_absolute_data_root(mnist_root):
+    cfg = training.loop_config(config.SMOKE, epochs=1)
+    assert cfg["epochs"] == 1 and cfg["batch_size"] == config.SMOKE.batch_size
+    assert cfg["data_root"].startswith("/")
