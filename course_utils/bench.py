@@ -15,6 +15,11 @@ from collections.abc import Sequence
 
 # subcommand -> (module, function taking the remaining argv, one-line help)
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "train": (
+        "course_utils.training",
+        "bench_train",
+        "images/s: plain PyTorch vs Ray Train (2x1 CPU, 1x2 CPU) on the same cores (lesson 02)",
+    ),
     "ingest": (
         "course_utils.raydata",
         "bench_ingest",

@@ -1,0 +1,63 @@
+"""The Ray Train loop on a local cluster: 2 CPU workers, tiny data."""
+
+import pytest
+import torch
+from ray.train import ScalingConfig
+
+from course_utils import checkpoints, config, data, session, training
+from course_utils import storage as course_storage
+from course_utils.history import metric_history
+
+pytestmark = pytest.mark.integration
+
+TINY = config.SMOKE.with_(epochs=2, train_size=512, test_size=200, batch_size=64)
+
+
+def test_start_ray_twice_is_fine(ray_session):
+    again = session.start_ray(verbose=False)
+    assert again.address == ray_session.address and again.cpus >= 2
+
+
+def test_two_workers_train_and_checkpoint_loads(ray_session, storage):
+    result = training.make_trainer("tiny-fit", TINY).fit()
+    history = metric_history(result)
+    assert history["epoch"].tolist() == [0, 1]
+    assert (history["world_size"] == 2).all()
+    assert history["train_loss"].iloc[1] < history["train_loss"].iloc[0], "loss falls"
+    assert result.checkpoint.path.startswith(str(storage))
+
+    model = checkpoints.load_model(result.checkpoint)
+    _, test_ds = data.course_datasets(TINY.train_size, TINY.test_size, seed=TINY.seed)
+    scores = training.evaluate(model, data.make_loader(test_ds, 100, shuffle=False), torch.device("cpu"))
+    assert scores["accuracy"] == pytest.approx(history["accuracy"].iloc[-1], abs=1e-6), (
+        "the fresh model loaded from the checkpoint scores exactly what the run reported"
+    )
+
+
+def test_same_name_resumes_and_reset_starts_fresh(ray_session, storage):
+    training.make_trainer("resume-me", TINY.with_(epochs=1)).fit()
+    resumed = metric_history(training.make_trainer("resume-me", TINY).fit())
+    assert resumed["epoch"].tolist() == [0, 1] and resumed["start_epoch"].tolist() == [0, 1]
+    deleted = course_storage.reset_run("resume-me")
+    fresh = metric_history(training.make_trainer("resume-me", TINY.with_(epochs=1)).fit())
+    assert deleted and fresh["start_epoch"].tolist() == [0]
+
+
+def test_too_many_workers_fail_before_training(ray_session, storage):
+    with pytest.raises(session.ResourceError) as info:
+        training.make_trainer("never-runs", TINY, num_workers=8)
+    assert "8 worker(s)" in str(info.value)
+    assert not storage.joinpath("never-runs").exists()
+
+
+def test_uneven_global_batch_fails_before_training(ray_session, storage):
+    with pytest.raises(ValueError) as info:
+        training.make_trainer("never-runs", TINY.with_(batch_size=100), num_workers=3)
+    assert "does not split evenly across 3 workers" in str(info.value)
+
+
+def test_gpu_request_fails_before_training(ray_session):
+    if ray_session.gpus:
+        pytest.skip("this machine has GPUs")
+    with pytest.raises(session.ResourceError, match="GPU"):
+        session.check_resources(ScalingConfig(num_workers=1, use_gpu=True))
