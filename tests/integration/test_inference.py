@@ -1,0 +1,84 @@
+"""Lesson 05/06 on a local Ray: the ModelWorker actor, Ray Data batch inference, killing course actors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from course_utils import cleanup, data, inference
+from course_utils.checkpoints import load_model
+from course_utils.model import predict
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def checkpoint_dir(tmp_path_factory):
+    return str(inference.placeholder_checkpoint(tmp_path_factory.mktemp("ckpt")))
+
+
+@pytest.fixture(scope="module")
+def digits(mnist_root):
+    images, labels = data.raw_arrays(train=False, size=200, root=mnist_root)
+    return images, labels
+
+
+def _expected(checkpoint_dir, images):
+    return predict(load_model(checkpoint_dir), inference.to_model_input(images)).numpy()
+
+
+def test_model_worker_actor_serves_the_checkpoint(ray_session, checkpoint_dir, digits):
+    import ray
+
+    images, _ = digits
+    worker = inference.start_model_worker(checkpoint_dir)
+    try:
+        info = ray.get(worker.info.remote())
+        one_by_one = inference.predict_one_by_one(worker, images[:20], progress=False)
+        whole = ray.get(worker.predict.remote(images))
+        calls = ray.get(worker.info.remote())["predict_calls"]
+    finally:
+        ray.kill(worker, no_restart=True)
+    expected = _expected(checkpoint_dir, images)
+    assert info["device"] == "cpu" and info["predict_calls"] == 0
+    assert np.array_equal(one_by_one, expected[:20])
+    assert np.array_equal(whole, expected)
+    assert calls == 21  # loaded once, then one call per image plus the batch
+
+
+def test_batch_inference_with_an_actor_pool_scores_every_digit(ray_session, checkpoint_dir, digits):
+    images, labels = digits
+    ds = inference.images_dataset(images, labels, blocks=4)
+    got_labels, got_predictions = inference.collect_predictions(
+        inference.batch_predict(ds, checkpoint_dir, pool_size=2, batch_size=64)
+    )
+    expected = _expected(checkpoint_dir, images)
+    assert len(got_predictions) == len(images)
+    # Row order across blocks is not promised: compare the multisets of (label, prediction) pairs.
+    pairs = sorted(zip(got_labels.tolist(), got_predictions.tolist(), strict=True))
+    assert pairs == sorted(zip(labels.tolist(), expected.tolist(), strict=True))
+    acc = inference.accuracy(got_labels, got_predictions)
+    assert acc == pytest.approx(inference.accuracy(labels, expected))
+
+
+def test_measure_throughput_runs_both_ways(ray_session, checkpoint_dir, digits):
+    images, _ = digits
+    result = inference.measure_throughput(checkpoint_dir, images, per_image=10, progress=False)
+    assert result.per_image_images == 10 and result.batch_images == len(images)
+    assert result.per_image_seconds > 0 and result.batch_seconds > 0
+    assert result.lines()[-1].startswith("batch_vs_per_image_ratio: ")
+    assert cleanup.course_actors() == []  # its own worker was killed
+
+
+def test_kill_course_actors_leaves_none_alive(ray_session, checkpoint_dir):
+    import ray
+
+    workers = [inference.start_model_worker(checkpoint_dir) for _ in range(2)]
+    ray.get([w.info.remote() for w in workers])
+    assert len(cleanup.course_actors()) == 2
+    killed = cleanup.kill_course_actors()
+    assert len(killed) == 2 and all("course-model-worker" in name for name in killed)
+    assert cleanup.course_actors() == []
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(workers[0].info.remote(), timeout=30)
+    assert [a for a in cleanup.alive_course_actors() if "ModelWorker" in a["class_name"]] == []
