@@ -204,39 +204,81 @@ def train_actors() -> list[dict[str, Any]]:
     return rows
 
 
-class CpuHold:
-    """A placeholder actor that holds CPU slots, to show elastic training on one machine.
+_NODE_PORT_FLAGS = (
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "runtime-env-agent-port",
+    "metrics-export-port",
+)
 
-    While it holds slots fewer training workers fit; ``release()`` (or ``release_when``)
-    frees them, the way a node joining a real cluster would.
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ExtraNode:
+    """A second Ray node on this machine (``ray start --address ... --block``), to show elastic
+    training: Ray Train sizes an elastic worker group from the nodes' *total* resources, so
+    holding CPUs with an actor does not shrink it, but a node joining (or leaving) does.
+
+    The node runs in its own process group, which ``stop()`` ends; nothing else is touched.
+    Local clusters only.
     """
 
-    def __init__(self, cpus: float, timeout_s: float = 60.0):
-        import ray
+    def __init__(self, num_cpus: int = 1, resources: dict[str, float] | None = None):
+        self.num_cpus, self.resources = num_cpus, dict(resources or {})
+        self.process = None
+        self.node_id: str | None = None
+        self.error: BaseException | None = None
 
-        @ray.remote(num_cpus=cpus)
-        class _Hold:
-            def ready(self) -> bool:
-                return True
-
-        self.cpus = cpus
-        self._actor = _Hold.options(name=None).remote()
-        ray.get(self._actor.ready.remote(), timeout=timeout_s)  # it holds the slots from here on
-        self.released_at: float | None = None
-
-    def release(self) -> None:
-        """Free the slots (idempotent)."""
+    def start(self, timeout_s: float = 120.0) -> ExtraNode:
+        """Start the node and wait until the cluster lists it alive."""
+        import json
+        import subprocess
+        import sys
         import time
 
         import ray
 
-        if self.released_at is None:
-            ray.kill(self._actor)
-            self.released_at = time.time()
-            print(f"[driver] released {self.cpus:g} CPU slot(s)", flush=True)
+        before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        ray_cli = Path(sys.executable).with_name("ray")
+        self.process = subprocess.Popen(
+            [
+                str(ray_cli),
+                "start",
+                f"--address={ray.get_runtime_context().gcs_address}",
+                f"--num-cpus={self.num_cpus}",
+                f"--resources={json.dumps(self.resources)}",
+                "--block",
+                "--disable-usage-stats",
+                # Fixed default ports (e.g. the dashboard agent's 52365) are taken by the head
+                # node on the same machine: give this node free ones.
+                *(f"--{flag}={_free_port()}" for flag in _NODE_PORT_FLAGS),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: stop() ends exactly this node
+            env={**os.environ, "RAY_ADDRESS": ""},
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            new = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] not in before]
+            if new:
+                self.node_id = new[0]["NodeID"]
+                print(f"[driver] node {self.node_id[:12]} joined with {self.resources or {}} ", flush=True)
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError("The extra Ray node did not join the cluster (see `ray start` in a terminal).")
 
-    def release_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
-        """Release from a daemon thread as soon as ``condition()`` is true (or at the timeout)."""
+    def start_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
+        """Start from a daemon thread once ``condition()`` is true (e.g. the first checkpoint exists)."""
         import threading
         import time
 
@@ -249,6 +291,25 @@ class CpuHold:
                 except Exception:  # a condition that fails now may hold later (file mid-write)
                     pass
                 time.sleep(poll_s)
-            self.release()
+            try:
+                self.start()
+            except Exception as exc:  # a thread must not fail silently: keep it for the caller
+                self.error = exc
+                print(f"[driver] extra node failed to start: {exc}", flush=True)
 
-        threading.Thread(target=wait, name="cpu-hold-release", daemon=True).start()
+        threading.Thread(target=wait, name="extra-node", daemon=True).start()
+
+    def stop(self) -> None:
+        """End the node's process group (idempotent)."""
+        import signal
+
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+                self.process.wait(timeout=30)
+            except Exception:  # did not stop in time: force it
+                try:
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            print("[driver] extra node stopped", flush=True)
