@@ -28,6 +28,10 @@ SMOKE_ENV = {
 }
 
 
+class StateApiUnavailable(RuntimeError):
+    """Ray's state API cannot answer because the dashboard that serves it is not running."""
+
+
 class ResourceError(ValueError):
     """A run asks for more than the cluster has; raised before any training starts."""
 
@@ -165,6 +169,14 @@ def _state_address() -> str:
 
     if not ray.is_initialized():
         raise RuntimeError("Ray is not running in this process: call course_utils.session.start_ray() first.")
+    from ray._private.worker import get_dashboard_url
+
+    if not get_dashboard_url():
+        raise StateApiUnavailable(
+            "The Ray dashboard is not running, and the state API is served by it. It needs the `default` extra "
+            "(ray[default], in requirements.txt) and can fail to start on an overloaded machine: see "
+            "dashboard.log in the session's logs folder, then restart the kernel."
+        )
     return ray.get_runtime_context().gcs_address
 
 

@@ -61,3 +61,13 @@ def test_state_queries_need_ray():
         pytest.skip("another test left Ray running in this process")
     with pytest.raises(RuntimeError, match="start_ray"):
         session.alive_actors()
+
+
+def test_state_api_without_dashboard_is_a_clear_error(monkeypatch):
+    import ray
+    import ray._private.worker as ray_worker
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray_worker, "get_dashboard_url", lambda: "")
+    with pytest.raises(session.StateApiUnavailable, match="dashboard"):
+        session.train_actors()
