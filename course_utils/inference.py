@@ -15,7 +15,6 @@ Actors ask for one CPU, and for a GPU only when the cluster has one. Their names
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -252,12 +251,16 @@ def trained_result(run_name: str | None = None):
 
 
 def placeholder_checkpoint(directory: str | Path | None = None) -> Path:
-    """A checkpoint dir holding an untrained ResNet-18: for speed tests, where weights don't matter."""
+    """A checkpoint dir holding an untrained ResNet-18: for speed tests, where weights don't matter.
+
+    By default it goes into the course storage (``local_output_dir``), where lesson 06 removes it.
+    """
     from course_utils.checkpoints import training_state, write_checkpoint_dir
+    from course_utils.config import local_output_dir
     from course_utils.model import build_resnet18
 
     torch.manual_seed(0)
-    directory = directory or tempfile.mkdtemp(prefix="course-untrained-")
+    directory = directory or local_output_dir("untrained-resnet18")
     return write_checkpoint_dir(training_state(build_resnet18(), None, 0, []), directory)
 
 
@@ -341,10 +344,11 @@ def measure_throughput(
     return Throughput(len(sample), per_image_seconds, len(many), batch_seconds)
 
 
-def bench_checkpoint(run_name: str | None = None) -> tuple[Any, str]:
-    """(checkpoint, description) for the benchmark: lesson 02's best when it exists, else untrained.
+def available_checkpoint(run_name: str | None = None) -> tuple[Any, str]:
+    """(checkpoint, description): lesson 02's best when it exists, else an untrained model.
 
-    Speed does not depend on the weights, so the benchmark never trains just to get some.
+    For the benchmark and the cleanup demo: speed does not depend on the weights, so neither
+    trains just to get some.
     """
     import ray.train
 
@@ -381,7 +385,7 @@ def bench_inference(argv: Sequence[str] | None = None) -> Throughput:
 
     data.ensure_mnist(verbose=False)
     session.start_ray(verbose=False)
-    checkpoint, described = bench_checkpoint()
+    checkpoint, described = available_checkpoint()
     images, _ = data.raw_arrays(train=False)
     print(f"checkpoint: {described}")
     result = measure_throughput(
