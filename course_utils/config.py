@@ -7,6 +7,9 @@ Environment overrides, read when a function is called (never at import time):
 - ``COURSE_DATA``: folder that holds MNIST (default ``<repo>/data``).
 - ``COURSE_STORAGE``: where Ray Train writes runs and checkpoints: a local folder, a shared
   mount, or ``s3://bucket/prefix`` (default ``<repo>/storage``).
+- ``COURSE_S3_ENDPOINT``: URL of an S3-compatible store (MinIO, Ceph, a local moto server) when
+  ``COURSE_STORAGE`` is ``s3://...``; unset means AWS. Credentials come from the standard
+  ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_TOKEN``, ``AWS_REGION``).
 """
 
 from __future__ import annotations
@@ -112,10 +115,27 @@ def storage_root() -> str:
     """
     raw = os.environ.get("COURSE_STORAGE") or str(REPO_ROOT / "storage")
     if is_remote_uri(raw):
-        return raw.rstrip("/")
+        scheme, _, rest = raw.partition("://")
+        return f"{scheme}://{rest.rstrip('/')}"  # "s3://" stays a URI (and fails as one: no bucket)
     path = Path(raw).expanduser().resolve()
     _ensure_writable_dir(path, "COURSE_STORAGE")
     return str(path)
+
+
+def s3_endpoint() -> str | None:
+    """``COURSE_S3_ENDPOINT`` (e.g. ``http://127.0.0.1:9000``) for an S3-compatible store, or None (AWS)."""
+    from urllib.parse import urlparse
+
+    raw = os.environ.get("COURSE_S3_ENDPOINT", "").strip()
+    if not raw:
+        return None
+    parsed = urlparse(raw)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc or parsed.path.strip("/"):
+        raise CourseConfigError(
+            f"COURSE_S3_ENDPOINT={raw!r} is not an endpoint URL; use scheme://host[:port], "
+            "e.g. COURSE_S3_ENDPOINT=http://127.0.0.1:9000 (or unset it for AWS S3)."
+        )
+    return f"{parsed.scheme}://{parsed.netloc}"
 
 
 def local_output_dir(name: str) -> Path:

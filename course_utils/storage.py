@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from course_utils.config import storage_root
+from course_utils.config import CourseConfigError, is_remote_uri, s3_endpoint, storage_root
 
 # Ray Train's record of which checkpoints of a run count (ray.train.v2 constants).
 SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
@@ -25,10 +25,68 @@ class RunCorruptedError(RuntimeError):
 LESSON02_RUN = "lesson02-resnet18"
 
 
+def ray_storage() -> tuple[str, pafs.FileSystem | None]:
+    """``(storage_path, storage_filesystem)`` for ``RunConfig``: every lesson's runs go through here.
+
+    A local folder or mount is ``(absolute path, None)`` (Ray picks the local filesystem).
+    ``s3://bucket/prefix`` is ``("bucket/prefix", S3FileSystem)`` built from
+    ``COURSE_S3_ENDPOINT`` and the ``AWS_*`` variables, so S3-compatible stores work too::
+
+        storage_path, storage_filesystem = ray_storage()
+        RunConfig(name=..., storage_path=storage_path, storage_filesystem=storage_filesystem)
+    """
+    root = storage_root()
+    if not is_remote_uri(root):
+        return root, None
+    if root.startswith("s3://"):
+        return _s3(root)
+    fs, path = pafs.FileSystem.from_uri(root)  # gs://, hdfs://...: pyarrow's own resolution
+    return path, fs
+
+
+def _s3(uri: str) -> tuple[str, pafs.S3FileSystem]:
+    """Path inside the bucket and an ``S3FileSystem`` for ``s3://bucket/prefix``."""
+    import os
+
+    path = uri[len("s3://") :].strip("/")
+    if not path:
+        raise CourseConfigError(
+            f"COURSE_STORAGE={uri!r} names no bucket; use s3://bucket or s3://bucket/prefix."
+        )
+    endpoint = s3_endpoint()
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        # AWS answers only in the bucket's own region; an S3-compatible store ignores it.
+        region = "us-east-1" if endpoint else pafs.resolve_s3_region(path.split("/", 1)[0])
+    # Credentials set on the driver travel with the filesystem to workers on other nodes (they
+    # need not share the driver's environment); without them every node uses its own AWS chain.
+    fs = pafs.S3FileSystem(
+        access_key=os.environ.get("AWS_ACCESS_KEY_ID") or None,
+        secret_key=os.environ.get("AWS_SECRET_ACCESS_KEY") or None,
+        session_token=os.environ.get("AWS_SESSION_TOKEN") or None,
+        region=region,
+        scheme=endpoint.split("://", 1)[0] if endpoint else None,
+        endpoint_override=endpoint.split("://", 1)[1] if endpoint else None,
+        connect_timeout=10,
+        request_timeout=60,
+    )
+    return path, fs
+
+
 def filesystem_and_root() -> tuple[pafs.FileSystem, str]:
-    """(pyarrow filesystem, path inside it) of the course storage root."""
-    fs, path = pafs.FileSystem.from_uri(storage_root())
+    """(pyarrow filesystem, path inside it) of the course storage root: what ``ray_storage`` gives Ray."""
+    path, fs = ray_storage()
+    if fs is None:
+        fs, path = pafs.FileSystem.from_uri(path)
     return fs, path
+
+
+def result_from_run(name: str):
+    """``ray.train.Result`` of run ``name`` read back from storage (any ``COURSE_STORAGE``, S3 included)."""
+    import ray.train
+
+    fs, root = filesystem_and_root()
+    return ray.train.Result.from_path(f"{root}/{run_path(name).rsplit('/', 1)[1]}", storage_filesystem=fs)
 
 
 def run_path(name: str) -> str:
@@ -39,9 +97,28 @@ def run_path(name: str) -> str:
 
 
 def run_exists(name: str) -> bool:
-    """True when storage holds a directory for run ``name``."""
+    """True when storage holds a directory for run ``name``.
+
+    The first storage call of a fit: an unreachable or misconfigured store fails here, in plain
+    words, instead of inside Ray Train's controller.
+    """
     fs, root = filesystem_and_root()
-    return fs.get_file_info(f"{root}/{run_path(name).rsplit('/', 1)[1]}").type == pafs.FileType.Directory
+    path = f"{root}/{run_path(name).rsplit('/', 1)[1]}"
+    try:
+        if fs.get_file_info(path).type == pafs.FileType.Directory:
+            return True
+        bucket = root.split("/", 1)[0]
+        if isinstance(fs, pafs.S3FileSystem) and fs.get_file_info(bucket).type == pafs.FileType.NotFound:
+            raise OSError(f"bucket {bucket!r} does not exist")  # Ray would fail later, less plainly
+        return False
+    except OSError as exc:
+        if isinstance(fs, pafs.LocalFileSystem):
+            raise
+        raise CourseConfigError(
+            f"Cannot read COURSE_STORAGE={storage_root()!r} ({type(exc).__name__}: {exc}). Check the bucket "
+            "exists, COURSE_S3_ENDPOINT (for S3-compatible stores) and the AWS_ACCESS_KEY_ID / "
+            "AWS_SECRET_ACCESS_KEY credentials."
+        ) from exc
 
 
 def reset_run(name: str) -> bool:

@@ -278,6 +278,7 @@ def make_trainer(
     train_loop: Callable = train_loop_per_worker,
     datasets: dict[str, Any] | None = None,
     score_attribute: str = "accuracy",
+    placement_strategy: str = "PACK",
     **config_overrides: Any,
 ):
     """The course's standard ``TorchTrainer`` for run ``name`` (what lesson 02 builds step by step).
@@ -286,13 +287,14 @@ def make_trainer(
     checks an existing run directory of that name is whole (``storage.check_run``), so a damaged
     one fails now instead of silently starting from scratch; and checks ``score_attribute`` is
     a metric the course loop reports (Ray only logs an error and keeps checkpoints unordered).
+    Storage is ``storage.ray_storage()``: a local folder, a shared mount or ``s3://`` alike.
+    ``placement_strategy="SPREAD"`` puts the workers on different nodes of a cluster.
     """
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from course_utils.config import storage_root
     from course_utils.session import check_resources
-    from course_utils.storage import check_run
+    from course_utils.storage import check_run, ray_storage
 
     if train_loop is train_loop_per_worker and score_attribute not in REPORTED_METRICS:
         raise ValueError(
@@ -300,10 +302,15 @@ def make_trainer(
             f"choose one of {', '.join(REPORTED_METRICS)}."
         )
     profile = profile or get_profile()
-    scaling = ScalingConfig(num_workers=num_workers or profile.num_workers, use_gpu=profile.use_gpu)
+    scaling = ScalingConfig(
+        num_workers=num_workers or profile.num_workers,
+        use_gpu=profile.use_gpu,
+        placement_strategy=placement_strategy,
+    )
     config = loop_config(profile, **config_overrides)
     check_resources(scaling, config["batch_size"])
     check_run(name)
+    storage_path, storage_filesystem = ray_storage()
     return TorchTrainer(
         train_loop,
         train_loop_config=config,
@@ -311,7 +318,8 @@ def make_trainer(
         datasets=datasets,
         run_config=RunConfig(
             name=name,
-            storage_path=storage_root(),
+            storage_path=storage_path,
+            storage_filesystem=storage_filesystem,
             checkpoint_config=CheckpointConfig(
                 num_to_keep=num_to_keep,
                 checkpoint_score_attribute=score_attribute,

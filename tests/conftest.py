@@ -41,3 +41,72 @@ def storage(tmp_path, monkeypatch):
     path = tmp_path / "storage"
     monkeypatch.setenv("COURSE_STORAGE", str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3-API server (moto's server mode) on a free loopback port; its endpoint URL."""
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+    from pathlib import Path
+
+    server = Path(sys.executable).with_name("moto_server")
+    if not server.exists() and shutil.which("moto_server") is None:
+        pytest.fail('moto_server is missing: pip install "moto[server]" (see requirements.txt)')
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    process = subprocess.Popen(
+        [str(server if server.exists() else "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2)
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"moto_server did not start on {endpoint}")
+            time.sleep(0.3)
+    yield endpoint
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=30)
+
+
+@pytest.fixture
+def s3_storage(s3_server, monkeypatch, request):
+    """COURSE_STORAGE=s3://<fresh bucket>/runs on the loopback S3 server, with test credentials."""
+    import re
+    import uuid
+
+    import pyarrow.fs as pafs
+
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "COURSE_S3_ENDPOINT": s3_server,
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    bucket = f"{re.sub('[^a-z0-9]', '-', request.node.name.lower())[:40]}-{uuid.uuid4().hex[:8]}"
+    pafs.S3FileSystem(
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+        scheme="http",
+        endpoint_override=s3_server.split("://", 1)[1],
+        allow_bucket_creation=True,
+    ).create_dir(bucket)
+    monkeypatch.setenv("COURSE_STORAGE", f"s3://{bucket}/runs")
+    return f"s3://{bucket}/runs"
