@@ -1,0 +1,386 @@
+"""Self-checks for the exercises at the end of each lesson.
+
+Each exercise cell starts with a placeholder (``...``) where the learner's answer goes. A check
+called on the placeholder prints "not attempted yet" and where the solution is, without failing
+(so the course runs headless and in CI as shipped); on a wrong answer it raises
+``ExerciseError`` saying in plain words what is wrong; on a right one it prints why it is right
+and returns True. Solutions live in ``notebooks/solutions/NN_*.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from course_utils.config import REPO_ROOT
+
+SOLUTIONS = REPO_ROOT / "notebooks" / "solutions"
+
+
+class ExerciseError(AssertionError):
+    """A learner's answer is wrong; the message says what is wrong and how to get it right."""
+
+
+def _solution(exercise: str) -> str:
+    lesson = exercise.split(".")[0]
+    found = sorted(SOLUTIONS.glob(f"{lesson}_*.md"))
+    return str(found[0].relative_to(REPO_ROOT)) if found else f"notebooks/solutions/{lesson}_*.md"
+
+
+def _pending(exercise: str, answer: Any) -> bool:
+    """True (after saying so) when the learner has not replaced the placeholder yet."""
+    if answer is not ...:
+        return False
+    print(
+        f"Exercise {exercise}: not attempted yet. Replace the `...` in the cell above with your answer "
+        f"and run it again. Stuck? The solution is in {_solution(exercise)} (try first!)."
+    )
+    return True
+
+
+def _wrong(exercise: str, message: str) -> ExerciseError:
+    return ExerciseError(f"Exercise {exercise}: {message}")
+
+
+def _right(exercise: str, message: str) -> bool:
+    print(f"Exercise {exercise}: correct. {message}")
+    return True
+
+
+# --------------------------------------------------------------------------- lesson 01
+
+
+def check_steps_per_epoch(answer: Any, dataset_size: int, batch_size: int, exercise: str = "01.1") -> bool:
+    """How many optimizer steps one epoch takes: a DataLoader keeps the last, smaller batch."""
+    if _pending(exercise, answer):
+        return False
+    expected = math.ceil(dataset_size / batch_size)
+    if not isinstance(answer, int | float) or isinstance(answer, bool):
+        raise _wrong(
+            exercise, f"the answer should be a number of steps, got {type(answer).__name__} {answer!r}."
+        )
+    if answer == dataset_size // batch_size and answer != expected:
+        raise _wrong(
+            exercise,
+            f"{answer} leaves out the last, smaller batch: a DataLoader keeps it unless drop_last=True, so "
+            f"{dataset_size:,} / {batch_size} = {dataset_size / batch_size:.2f} rounds up.",
+        )
+    if answer != expected:
+        raise _wrong(
+            exercise,
+            f"{answer} is not it. One step trains on one batch; count how many batches of {batch_size} "
+            f"it takes to cover {dataset_size:,} images.",
+        )
+    return _right(
+        exercise, f"{dataset_size:,} images in batches of {batch_size} = {expected} steps per epoch."
+    )
+
+
+class _Payload:
+    """Pickled into a file, it would run code on load: what ``weights_only=True`` refuses."""
+
+    def __reduce__(self):
+        return (open, (str(Path(tempfile.gettempdir()) / "course-unsafe-load-ran"), "w"))
+
+
+def check_safe_loader(load: Any, exercise: str = "01.2") -> bool:
+    """``load(path)`` must return saved weights and refuse a file that would run code."""
+    import torch
+
+    from course_utils.model import build_resnet18
+
+    if _pending(exercise, load):
+        return False
+    if not callable(load):
+        raise _wrong(exercise, f"the answer should be a function taking a path, got {type(load).__name__}.")
+    with tempfile.TemporaryDirectory() as tmp:
+        good, evil = Path(tmp) / "model.pt", Path(tmp) / "evil.pt"
+        weights = build_resnet18().state_dict()
+        torch.save(weights, good)
+        with open(evil, "wb") as f:
+            pickle.dump({"conv1.weight": _Payload()}, f, protocol=2)  # torch.load's own protocol
+        loaded = load(good)
+        if not isinstance(loaded, dict) or set(loaded) != set(weights):
+            raise _wrong(exercise, "load(path) should return the saved state_dict (a dict of tensors).")
+        if not torch.equal(loaded["conv1.weight"], weights["conv1.weight"]):
+            raise _wrong(exercise, "the tensors you return are not the saved ones.")
+        marker = Path(tempfile.gettempdir()) / "course-unsafe-load-ran"
+        marker.unlink(missing_ok=True)
+        try:
+            load(evil)
+        except Exception:  # refused, as it should be
+            pass
+        ran = marker.exists()
+        marker.unlink(missing_ok=True)
+        if ran:
+            raise _wrong(
+                exercise,
+                "your loader ran code hidden inside the file. Pass weights_only=True to torch.load so it "
+                "only unpickles tensors and plain containers.",
+            )
+    return _right(exercise, "it loads weights and refuses a file that would run code.")
+
+
+# --------------------------------------------------------------------------- lesson 02
+
+
+def check_per_worker_batch(split: Any, exercise: str = "02.1") -> bool:
+    """``split(global_batch, workers)`` divides evenly or raises ``ValueError``."""
+    if _pending(exercise, split):
+        return False
+    if not callable(split):
+        raise _wrong(exercise, "the answer should be a function split(global_batch, workers).")
+    for global_batch, workers, expected in ((128, 2, 64), (128, 4, 32), (256, 1, 256), (96, 3, 32)):
+        got = split(global_batch, workers)
+        if got != expected:
+            raise _wrong(
+                exercise,
+                f"split({global_batch}, {workers}) returned {got!r}; each of {workers} workers should get "
+                f"{expected} so that together they still train on {global_batch} images per step.",
+            )
+    for global_batch, workers in ((100, 3), (128, 0)):
+        try:
+            got = split(global_batch, workers)
+        except ValueError:
+            continue
+        except Exception as exc:
+            raise _wrong(
+                exercise,
+                f"split({global_batch}, {workers}) raised {type(exc).__name__}; raise a ValueError that says "
+                "why instead.",
+            ) from exc
+        raise _wrong(
+            exercise,
+            f"split({global_batch}, {workers}) returned {got!r}; it cannot split evenly, so it should raise "
+            "ValueError (otherwise workers train on different batch sizes).",
+        )
+    return _right(exercise, "even splits come out right and impossible ones raise ValueError.")
+
+
+def check_scaling_config(
+    config: Any, num_workers: int, cpus_per_worker: float, use_gpu: bool = False, exercise: str = "02.2"
+) -> bool:
+    """A ``ScalingConfig`` asking for ``num_workers`` workers with ``cpus_per_worker`` CPUs each."""
+    from ray.train import ScalingConfig
+
+    if _pending(exercise, config):
+        return False
+    if not isinstance(config, ScalingConfig):
+        raise _wrong(
+            exercise, f"the answer should be a ray.train.ScalingConfig, got {type(config).__name__}."
+        )
+    if config.num_workers != num_workers:
+        raise _wrong(exercise, f"num_workers is {config.num_workers}; the task asks for {num_workers}.")
+    if bool(config.use_gpu) != use_gpu:
+        raise _wrong(exercise, f"use_gpu is {config.use_gpu}; the task asks for {use_gpu}.")
+    cpus = (config.resources_per_worker or {}).get("CPU", 1)
+    if cpus != cpus_per_worker:
+        raise _wrong(
+            exercise,
+            f"each worker gets {cpus:g} CPU; ask for {cpus_per_worker:g} with "
+            f'resources_per_worker={{"CPU": {cpus_per_worker:g}}}.',
+        )
+    return _right(
+        exercise,
+        f"{num_workers} workers x {cpus_per_worker:g} CPU = {num_workers * cpus_per_worker:g} CPU slots.",
+    )
+
+
+# --------------------------------------------------------------------------- lesson 03
+
+
+def check_batch_transform(transform: Any, exercise: str = "03.1") -> bool:
+    """A ``map_batches`` function equal to the course's ``ToTensor`` + ``Normalize`` on a batch."""
+    import numpy as np
+
+    from course_utils import data, raydata
+
+    if _pending(exercise, transform):
+        return False
+    if not callable(transform):
+        raise _wrong(exercise, "the answer should be a function taking a batch dict and returning one.")
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, size=(5, raydata.PIXELS), dtype=np.uint8)
+    batch = {
+        raydata.IMAGE: np.array([p.tobytes() for p in pixels], dtype=object),
+        raydata.LABEL: np.arange(5),
+    }
+    expected = raydata.normalise_batch(dict(batch))
+    got = transform(dict(batch))
+    if not isinstance(got, dict) or raydata.IMAGE not in got or raydata.LABEL not in got:
+        raise _wrong(exercise, f"return a dict with {raydata.IMAGE!r} and {raydata.LABEL!r} columns.")
+    images = np.asarray(got[raydata.IMAGE])
+    if images.shape != expected[raydata.IMAGE].shape:
+        raise _wrong(
+            exercise,
+            f"images have shape {images.shape}; the model wants {expected[raydata.IMAGE].shape} "
+            "(batch, 1 channel, 28, 28).",
+        )
+    if images.dtype != np.float32:
+        raise _wrong(exercise, f"images are {images.dtype}; the model wants float32.")
+    if np.allclose(images, pixels.reshape(images.shape) / 255, atol=1e-5):
+        raise _wrong(
+            exercise, f"you scaled to 0-1 but did not normalise: subtract {data.MEAN}, divide by {data.STD}."
+        )
+    if not np.allclose(images, expected[raydata.IMAGE], atol=1e-5):
+        raise _wrong(exercise, "the pixel values differ from ToTensor() + Normalize(MEAN, STD).")
+    if not np.array_equal(np.asarray(got[raydata.LABEL]), expected[raydata.LABEL]):
+        raise _wrong(exercise, "the labels changed: pass them through unchanged.")
+    return _right(exercise, "same numbers as torchvision's transform, for a whole batch at once.")
+
+
+# --------------------------------------------------------------------------- lesson 04
+
+
+def check_failure_config(config: Any, max_failures: int, exercise: str = "04.1") -> bool:
+    """A ``FailureConfig`` that retries ``max_failures`` times."""
+    from ray.train import FailureConfig
+
+    if _pending(exercise, config):
+        return False
+    if not isinstance(config, FailureConfig):
+        raise _wrong(
+            exercise, f"the answer should be a ray.train.FailureConfig, got {type(config).__name__}."
+        )
+    if config.max_failures != max_failures:
+        raise _wrong(
+            exercise,
+            f"max_failures is {config.max_failures}; the task allows {max_failures} retries "
+            "(-1 would retry for ever, 0 never).",
+        )
+    return _right(
+        exercise, f"the run survives {max_failures} failures, restarting from the latest checkpoint."
+    )
+
+
+def check_checkpoint_config(
+    config: Any, num_to_keep: int, attribute: str, order: str, exercise: str = "04.2"
+) -> bool:
+    """A ``CheckpointConfig`` keeping the ``num_to_keep`` best checkpoints by ``attribute``."""
+    from ray.train import CheckpointConfig
+
+    if _pending(exercise, config):
+        return False
+    if not isinstance(config, CheckpointConfig):
+        raise _wrong(
+            exercise, f"the answer should be a ray.train.CheckpointConfig, got {type(config).__name__}."
+        )
+    if config.num_to_keep != num_to_keep:
+        raise _wrong(exercise, f"num_to_keep is {config.num_to_keep}; keep {num_to_keep}.")
+    if config.checkpoint_score_attribute != attribute:
+        raise _wrong(
+            exercise,
+            f"checkpoints are ranked by {config.checkpoint_score_attribute!r}; rank them by {attribute!r}.",
+        )
+    if config.checkpoint_score_order != order:
+        raise _wrong(
+            exercise,
+            f"checkpoint_score_order is {config.checkpoint_score_order!r}: for {attribute!r} the best is the "
+            f"{'lowest' if order == 'min' else 'highest'}, so use {order!r}.",
+        )
+    return _right(exercise, f"Ray keeps the {num_to_keep} checkpoints with the {order} {attribute}.")
+
+
+def check_resume_epoch(answer: Any, history: Any, exercise: str = "04.3") -> bool:
+    """The epoch a resumed attempt started at, read from a run's metric history (``start_epoch``)."""
+    if _pending(exercise, answer):
+        return False
+    starts = sorted({int(s) for s in history["start_epoch"]})
+    resumed = [s for s in starts if s > 0]
+    if not resumed:
+        raise _wrong(
+            exercise, "this run never resumed (every epoch has start_epoch 0): pick a run that failed."
+        )
+    expected = resumed[-1]
+    if answer != expected:
+        hint = (
+            " (that is the epoch that was saved; training continues at the next one)"
+            if answer == expected - 1
+            else ""
+        )
+        raise _wrong(
+            exercise, f"{answer!r} is not where the last attempt started{hint}; look at 'start_epoch'."
+        )
+    return _right(
+        exercise,
+        f"the last attempt restored epoch {expected - 1}'s checkpoint and trained from epoch {expected}.",
+    )
+
+
+# --------------------------------------------------------------------------- lesson 05
+
+
+def check_accuracy_fn(accuracy: Any, exercise: str = "05.1") -> bool:
+    """``accuracy(labels, predictions)`` is the share of equal entries; mismatched inputs raise."""
+    import numpy as np
+
+    if _pending(exercise, accuracy):
+        return False
+    if not callable(accuracy):
+        raise _wrong(exercise, "the answer should be a function accuracy(labels, predictions).")
+    labels = np.array([0, 1, 2, 3, 4, 5, 6, 7])
+    cases = [(labels, 1.0), (np.array([0, 1, 2, 3, 0, 0, 0, 0]), 0.5), ((labels + 1) % 8, 0.0)]
+    for predictions, expected in cases:
+        got = accuracy(labels, predictions)
+        if not isinstance(got, int | float | np.floating) or not math.isclose(float(got), expected):
+            raise _wrong(
+                exercise,
+                f"accuracy({labels.tolist()}, {predictions.tolist()}) returned {got!r}, expected {expected} "
+                "(the share of predictions equal to the label, from 0 to 1).",
+            )
+    try:
+        got = accuracy(labels, labels[:4])
+    except (ValueError, IndexError):
+        return _right(exercise, "a share between 0 and 1, and mismatched inputs are refused.")
+    raise _wrong(
+        exercise,
+        f"8 labels but 4 predictions returned {got!r}; raise ValueError instead (numpy broadcasting or "
+        "zip would silently score the wrong pairs).",
+    )
+
+
+# --------------------------------------------------------------------------- lesson 06
+
+
+def check_inside(inside: Any, exercise: str = "06.1") -> bool:
+    """``inside(path, root)``: True only for paths strictly under ``root``, after resolving ``..``."""
+    if _pending(exercise, inside):
+        return False
+    if not callable(inside):
+        raise _wrong(exercise, "the answer should be a function inside(path, root) -> bool.")
+    root = "/srv/course/storage"
+    cases = [
+        (f"{root}/lesson02", True, "a run folder inside the root"),
+        (f"{root}/a/b/c", True, "a nested folder"),
+        (root, False, "the root itself (deleting it would remove other people's runs too)"),
+        (f"{root}/../data", False, "a path that climbs out with '..'"),
+        (f"{root}-old/run", False, "a sibling folder whose name merely starts with the root's"),
+        ("/etc", False, "a folder elsewhere"),
+    ]
+    for path, expected, what in cases:
+        got = inside(path, root)
+        if bool(got) != expected:
+            raise _wrong(
+                exercise,
+                f"inside({path!r}, {root!r}) returned {got!r} for {what}; expected {expected}. "
+                "Compare whole path components after normalising (os.path.normpath / Path.is_relative_to).",
+            )
+    return _right(exercise, "only paths strictly inside the root pass, however they are written.")
+
+
+CHECKS: dict[str, Callable[..., bool]] = {
+    "01.1": check_steps_per_epoch,
+    "01.2": check_safe_loader,
+    "02.1": check_per_worker_batch,
+    "02.2": check_scaling_config,
+    "03.1": check_batch_transform,
+    "04.1": check_failure_config,
+    "04.2": check_checkpoint_config,
+    "04.3": check_resume_epoch,
+    "05.1": check_accuracy_fn,
+    "06.1": check_inside,
+}

@@ -1,0 +1,192 @@
+"""Exercise checks: the placeholder is 'not attempted' (no failure), wrong answers fail in plain
+words, and the published solutions pass their checks."""
+
+import math
+import pickle
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from ray.train import CheckpointConfig, FailureConfig, ScalingConfig
+
+from course_utils import checks, config
+
+SOLUTIONS = checks.SOLUTIONS
+PROFILE = config.SMOKE
+
+
+def _solution_blocks(lesson: str) -> list[str]:
+    (path,) = SOLUTIONS.glob(f"{lesson}_*.md")
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+
+
+def _run_solution(lesson: str, index: int, **namespace) -> dict:
+    exec(_solution_blocks(lesson)[index], namespace)
+    return namespace
+
+
+# How each solution's answer is checked: (lesson, block index, answer name, call the check).
+HISTORY = pd.DataFrame({"epoch": [0, 1, 1, 2], "start_epoch": [0, 0, 1, 1]})
+SOLVED = [
+    (
+        "01",
+        0,
+        "steps_per_epoch",
+        lambda a: checks.check_steps_per_epoch(a, PROFILE.train_size, PROFILE.batch_size),
+    ),
+    ("01", 1, "safe_load", checks.check_safe_loader),
+    ("02", 0, "split_batch", checks.check_per_worker_batch),
+    ("02", 1, "my_scaling", lambda a: checks.check_scaling_config(a, 4, 2)),
+    ("03", 0, "my_transform", checks.check_batch_transform),
+    ("04", 0, "my_failure_config", lambda a: checks.check_failure_config(a, 2)),
+    ("04", 1, "my_checkpoint_config", lambda a: checks.check_checkpoint_config(a, 3, "test_loss", "min")),
+    ("04", 2, "resumed_at", lambda a: checks.check_resume_epoch(a, HISTORY)),
+    ("05", 0, "my_accuracy", checks.check_accuracy_fn),
+    ("06", 0, "inside", checks.check_inside),
+]
+
+
+def test_every_lesson_has_solutions_and_every_check_is_covered():
+    assert sorted(p.name[:2] for p in SOLUTIONS.glob("*.md")) == ["01", "02", "03", "04", "05", "06"]
+    assert len(SOLVED) == len(checks.CHECKS)
+
+
+@pytest.mark.parametrize("lesson, index, name, check", SOLVED, ids=[f"{s[0]}-{s[2]}" for s in SOLVED])
+def test_published_solution_passes(lesson, index, name, check, capsys):
+    answer = _run_solution(lesson, index, profile=PROFILE, history=HISTORY)[name]
+    assert check(answer) is True
+    assert "correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("lesson, index, name, check", SOLVED, ids=[f"{s[0]}-{s[2]}" for s in SOLVED])
+def test_placeholder_is_not_attempted_and_does_not_fail(lesson, index, name, check, capsys):
+    assert check(...) is False
+    out = capsys.readouterr().out
+    assert "not attempted yet" in out and f"notebooks/solutions/{lesson}_" in out
+
+
+def _message(check, answer) -> str:
+    with pytest.raises(checks.ExerciseError) as info:
+        check(answer)
+    return str(info.value)
+
+
+def test_steps_per_epoch_explains_the_last_batch():
+    message = _message(lambda a: checks.check_steps_per_epoch(a, 4000, 128), 31)
+    assert "last, smaller batch" in message and "drop_last" in message
+    assert "not it" in _message(lambda a: checks.check_steps_per_epoch(a, 4000, 128), 4000)
+    assert "number of steps" in _message(lambda a: checks.check_steps_per_epoch(a, 4000, 128), "32")
+
+
+def test_safe_loader_catches_code_running_loads():
+    def unsafe(path):
+        return torch.load(path, weights_only=False)
+
+    message = _message(checks.check_safe_loader, unsafe)
+    assert "ran code" in message and "weights_only=True" in message
+    assert "state_dict" in _message(checks.check_safe_loader, lambda path: None)
+
+
+def test_safe_loader_catches_plain_pickle():
+    def pickle_load(path):
+        try:
+            return torch.load(path, weights_only=True)
+        except Exception:  # "falls back" to pickle: the classic mistake
+            with open(path, "rb") as f:
+                return pickle.load(f)
+
+    assert "ran code" in _message(checks.check_safe_loader, pickle_load)
+
+
+def test_per_worker_batch_messages():
+    assert "should raise ValueError" in _message(
+        checks.check_per_worker_batch, lambda g, w: g // w if w else 0
+    )
+    assert "each of 2 workers should get 64" in _message(checks.check_per_worker_batch, lambda g, w: g)
+    assert "raised ZeroDivisionError" in _message(
+        checks.check_per_worker_batch, lambda g, w: g // w if g % w == 0 else g / 0
+    )
+
+
+def test_scaling_config_messages():
+    def check(c):
+        return checks.check_scaling_config(c, 4, 2)
+
+    assert "num_workers is 2" in _message(
+        check, ScalingConfig(num_workers=2, resources_per_worker={"CPU": 2})
+    )
+    assert 'resources_per_worker={"CPU": 2}' in _message(check, ScalingConfig(num_workers=4))
+    assert "ScalingConfig" in _message(check, {"num_workers": 4})
+
+
+def test_batch_transform_messages():
+    def scaled_only(batch):
+        px = np.frombuffer(b"".join(batch["image"]), dtype=np.uint8).reshape(-1, 1, 28, 28)
+        return {"image": (px / 255).astype(np.float32), "label": batch["label"]}
+
+    def flat(batch):
+        out = scaled_only(batch)
+        return {"image": out["image"].reshape(len(out["image"]), -1), "label": batch["label"]}
+
+    def float64(batch):
+        out = scaled_only(batch)
+        return {"image": out["image"].astype(np.float64), "label": batch["label"]}
+
+    assert "did not normalise" in _message(checks.check_batch_transform, scaled_only)
+    assert "shape" in _message(checks.check_batch_transform, flat)
+    assert "float32" in _message(checks.check_batch_transform, float64)
+
+
+def test_fault_tolerance_config_messages():
+    assert "max_failures is 0" in _message(lambda c: checks.check_failure_config(c, 2), FailureConfig())
+    message = _message(
+        lambda c: checks.check_checkpoint_config(c, 3, "test_loss", "min"),
+        CheckpointConfig(num_to_keep=3, checkpoint_score_attribute="test_loss", checkpoint_score_order="max"),
+    )
+    assert "lowest" in message and "'min'" in message
+    assert "ranked by 'accuracy'" in _message(
+        lambda c: checks.check_checkpoint_config(c, 3, "test_loss", "min"),
+        CheckpointConfig(num_to_keep=3, checkpoint_score_attribute="accuracy"),
+    )
+
+
+def test_resume_epoch_messages():
+    assert "next one" in _message(lambda a: checks.check_resume_epoch(a, HISTORY), 0)
+    fresh = pd.DataFrame({"start_epoch": [0, 0]})
+    assert "never resumed" in _message(lambda a: checks.check_resume_epoch(a, fresh), 1)
+
+
+def test_accuracy_messages():
+    message = _message(checks.check_accuracy_fn, lambda y, p: float(np.sum(y == p)))
+    assert "returned 8.0, expected 1.0" in message and "share" in message
+    assert "raise ValueError" in _message(
+        checks.check_accuracy_fn, lambda y, p: sum(a == b for a, b in zip(y, p, strict=False)) / len(p)
+    )
+
+
+def test_inside_messages():
+    def prefix(path, root):
+        return str(path).startswith(str(root))
+
+    def with_root(path, root):
+        return Path(path).resolve().is_relative_to(Path(root))
+
+    assert "the root itself" in _message(checks.check_inside, prefix)
+    assert "the root itself" in _message(checks.check_inside, with_root)
+
+    def no_root_but_prefix(path, root):
+        return path != root and str(path).startswith(str(root))
+
+    assert "climbs out" in _message(checks.check_inside, no_root_but_prefix)
+
+
+def test_ceil_matches_loader_length():
+    from torch.utils.data import TensorDataset
+
+    from course_utils import data
+
+    loader = data.make_loader(TensorDataset(torch.zeros(1000, 1)), 128, shuffle=False)
+    assert len(loader) == math.ceil(1000 / 128)
