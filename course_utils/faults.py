@@ -114,6 +114,14 @@ def train_worker_pids() -> dict[int, str]:
     return {a["pid"]: a["actor_id"] for a in alive_actors("RayTrainWorker") if a["pid"]}
 
 
+def _process_title(pid: int) -> str:
+    """The title Ray gives a worker process (``ray::RayTrainWorker``), read from /proc."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
 class ExternalKiller:
     """Kill a Ray Train worker from outside, the way a lost machine or the OOM killer would.
 
@@ -131,6 +139,7 @@ class ExternalKiller:
         self.pid: int | None = None
         self.actor_id: str | None = None
         self.killed_at: float | None = None  # time.time() of the SIGKILL
+        self.found_with: str | None = None  # how the pid was confirmed to be a Ray Train worker
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="external-killer", daemon=True)
 
@@ -148,14 +157,24 @@ class ExternalKiller:
                     raise TimeoutError(f"No worker reached the kill point within {self.timeout_s:.0f} s.")
                 time.sleep(self.poll_s)
             pid = int(marker.read_text().split()[0])
-            workers = train_worker_pids()  # Ray's state API: which pids are Ray Train workers
+            try:
+                workers = train_worker_pids()  # Ray's state API: which pids are Ray Train workers
+                self.found_with = "Ray's state API"
+            except Exception as exc:  # the dashboard (which serves the state API) may be down
+                print(
+                    f"[driver] state API unavailable ({type(exc).__name__}); checking the process title",
+                    flush=True,
+                )
+                title = _process_title(pid)
+                workers = {pid: "unknown"} if title.startswith("ray::RayTrainWorker") else {}
+                self.found_with = f"the process title {title!r}"
             if pid not in workers:
                 raise RuntimeError(f"pid {pid} is not an alive RayTrainWorker (alive: {sorted(workers)}).")
             os.kill(pid, signal.SIGKILL)
             self.pid, self.actor_id, self.killed_at = pid, workers[pid], time.time()
             print(
-                f"[driver] SIGKILL sent to RayTrainWorker pid {pid} (actor {workers[pid][:12]}) "
-                f"of rank {self.spec['rank']}",
+                f"[driver] SIGKILL sent to RayTrainWorker pid {pid} (actor {workers[pid][:12]}, found with "
+                f"{self.found_with}) of rank {self.spec['rank']}",
                 flush=True,
             )
         except BaseException as exc:  # reported through .error / join(); a thread must not die silently
