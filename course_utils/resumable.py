@@ -226,9 +226,9 @@ def make_trainer_mid_epoch(
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from course_utils.config import get_profile, storage_root
+    from course_utils.config import get_profile
     from course_utils.session import check_resources
-    from course_utils.storage import check_run
+    from course_utils.storage import check_run, ray_storage
     from course_utils.training import loop_config
 
     profile = profile or get_profile()
@@ -236,13 +236,15 @@ def make_trainer_mid_epoch(
     config = loop_config(profile, **config_overrides)
     check_resources(scaling, config["batch_size"])
     check_run(name)
+    storage_path, storage_filesystem = ray_storage()
     return TorchTrainer(
         train_loop_mid_epoch,
         train_loop_config=config,
         scaling_config=scaling,
         run_config=RunConfig(
             name=name,
-            storage_path=storage_root(),
+            storage_path=storage_path,
+            storage_filesystem=storage_filesystem,
             checkpoint_config=CheckpointConfig(num_to_keep=num_to_keep),
             failure_config=FailureConfig(max_failures=max_failures),
         ),
