@@ -11,6 +11,7 @@ __all__ = [
     "history",
     "model",
     "plots",
+    "raydata",
     "session",
     "training",
 ]
