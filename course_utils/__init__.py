@@ -4,11 +4,13 @@ each lesson teaches. Importing this package does no work: no Ray start, no downl
 __all__ = [
     "bench",
     "checkpoints",
+    "cleanup",
     "config",
     "data",
     "device",
     "faults",
     "history",
+    "inference",
     "model",
     "plots",
     "raydata",
