@@ -36,7 +36,7 @@ def _pending(exercise: str, answer: Any) -> bool:
     if answer is not ...:
         return False
     print(
-        f"Exercise {exercise}: not attempted yet. Replace the `...` in the cell above with your answer "
+        f"Exercise {exercise}: not attempted yet. Replace the `...` in this cell with your answer "
         f"and run it again. Stuck? The solution is in {_solution(exercise)} (try first!)."
     )
     return True
