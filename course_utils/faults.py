@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 HOWS = ("raise", "kill", "external")
+# How long a worker at an "external" fault point waits for the ExternalKiller before going on.
+EXTERNAL_HOLD_S = 60.0
 
 
 class InjectedFault(RuntimeError):
@@ -93,8 +95,13 @@ def maybe_fail(
     if spec["how"] == "external":
         marker.write_text(f"{os.getpid()}\n")  # the ExternalKiller on the driver takes it from here
         print(
-            f"[fault] rank {rank} (pid {os.getpid()}) at epoch {epoch}, step {step}: ready to be killed",
+            f"[fault] rank {rank} (pid {os.getpid()}) at epoch {epoch}, step {step}: waiting to be killed",
             flush=True,
+        )
+        hold = spec.get("hold_s", EXTERNAL_HOLD_S)
+        time.sleep(hold)  # hold still, so the kill lands exactly here (not a step later)
+        print(
+            f"[fault] rank {rank}: nobody killed pid {os.getpid()} within {hold:g} s; continuing", flush=True
         )
         return
     marker.write_text(f"fired on rank {rank} at epoch {epoch} step {step} (pid {os.getpid()})\n")

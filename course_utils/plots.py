@@ -141,36 +141,50 @@ def attempt_timeline(
     x: str,
     attempt: str,
     starts: dict | None = None,
-    failures: Sequence[tuple[float, str]] = (),
+    failures: Sequence[tuple] = (),
     xlabel: str | None = None,
     title: str = "Which attempt did which work",
 ) -> Figure:
     """One lane per attempt: where it started, the checkpoints it saved, and where it failed.
 
     ``rows`` has one row per checkpoint (``x`` = its position, ``attempt`` = who saved it);
-    ``starts`` maps attempt -> start position; ``failures`` are (position, label) marks.
+    ``starts`` maps attempt -> start position; ``failures`` are (attempt, position, label).
+    Work after an attempt's last checkpoint, lost when it failed, is drawn in red.
     """
-    attempts = sorted(set(rows[attempt]) | set(starts or {}))
-    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.7 * len(attempts)))
+    failed = {a: (pos, label) for a, pos, label in failures}
+    attempts = sorted(set(rows[attempt]) | set(starts or {}) | set(failed))
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.75 * len(attempts)))
     for lane, name in enumerate(attempts):
         mine = rows[rows[attempt] == name]
         start = (starts or {}).get(name, mine[x].min() if len(mine) else 0)
-        end = mine[x].max() if len(mine) else start
+        saved_to = mine[x].max() if len(mine) else start
         color = plt.cm.tab10.colors[lane % 10]
-        ax.plot([start, end], [lane, lane], color=color, linewidth=6, alpha=0.35, solid_capstyle="butt")
+        ax.plot([start, saved_to], [lane, lane], color=color, linewidth=7, alpha=0.4, solid_capstyle="butt")
         ax.scatter(
             mine[x], [lane] * len(mine), color=color, zorder=3, label="checkpoint" if lane == 0 else None
         )
-        ax.annotate(f"start {start:g}", (start, lane), xytext=(0, 9), textcoords="offset points", fontsize=8)
-    for position, label in failures:
-        ax.axvline(position, color="tab:red", linestyle="--", linewidth=1)
-        ax.annotate(label, (position, len(attempts) - 0.5), color="tab:red", fontsize=8, ha="left")
+        ax.annotate(
+            f"starts at {start:g}", (start, lane), xytext=(0, 10), textcoords="offset points", fontsize=8
+        )
+        if name in failed:
+            position, label = failed[name]
+            ax.plot([saved_to, position], [lane, lane], color="tab:red", linewidth=7, alpha=0.25)
+            ax.scatter([position], [lane], marker="X", s=90, color="tab:red", zorder=4)
+            ax.annotate(
+                label,
+                (position, lane),
+                xytext=(8, -3),
+                textcoords="offset points",
+                fontsize=8,
+                color="tab:red",
+            )
     ax.set_yticks(range(len(attempts)), [f"attempt {a}" for a in attempts])
-    ax.set_ylim(-0.6, len(attempts) - 0.2)
+    ax.set_ylim(-0.7, len(attempts) - 0.3)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel or x)
+    ax.margins(x=0.12)
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper right", fontsize=8)
     ax.set_title(title)
     fig.tight_layout()
     return fig

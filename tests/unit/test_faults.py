@@ -46,8 +46,8 @@ def test_a_list_of_faults_fires_each_once(tmp_path):
 
 
 def test_external_fault_only_announces_the_pid(tmp_path):
-    spec = faults.crash_once(tmp_path / "m", rank=0, epoch=0, step=1, how="external")
-    faults.maybe_fail(spec, rank=0, epoch=0, step=1)  # must not raise or kill this process
+    spec = {**faults.crash_once(tmp_path / "m", rank=0, epoch=0, step=1, how="external"), "hold_s": 0}
+    faults.maybe_fail(spec, rank=0, epoch=0, step=1)  # waits to be killed, then goes on: no raise
     assert (tmp_path / "m").read_text().split() == [str(os.getpid())]
 
 
