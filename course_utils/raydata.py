@@ -49,7 +49,17 @@ class DatasetColumnsError(ValueError):
 
 
 def _fs_path(path: str) -> tuple[pafs.FileSystem, str]:
-    return pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), str(Path(path)))
+    """(filesystem, path inside it); paths under an ``s3://`` course storage go through
+    ``storage.filesystem_and_root`` so ``COURSE_S3_ENDPOINT`` and credentials apply."""
+    if "://" not in path:
+        return pafs.LocalFileSystem(), str(Path(path).resolve())
+    root = storage_root()
+    if path == root or path.startswith(root + "/"):
+        from course_utils import storage
+
+        fs, inner = storage.filesystem_and_root()
+        return fs, inner.rstrip("/") + path[len(root) :]
+    return pafs.FileSystem.from_uri(path)
 
 
 def default_parquet_path(split: str = "train", rows: int | None = None) -> str:
@@ -144,7 +154,7 @@ def read_digits(path: str | Path, *, shuffle_files: bool = False):
         )
     # The schema from the Parquet footers (no Ray task, no data read): a wrong file fails now.
     check_columns(pq.ParquetDataset(root, filesystem=fs).schema, what=f"Parquet data at {path}")
-    return ray.data.read_parquet(path, shuffle="files" if shuffle_files else None)
+    return ray.data.read_parquet(root, filesystem=fs, shuffle="files" if shuffle_files else None)
 
 
 def normalise_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

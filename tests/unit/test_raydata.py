@@ -197,3 +197,13 @@ def test_measure_ingest_accepts_batch_functions(digits):
     batches = [{"label": labels[:100]}, {"label": labels[100:]}]
     table = raydata.measure_ingest({"calls": lambda: iter(batches)}, rounds=1, progress=False)
     assert table["rows"].iloc[0] == len(labels)
+
+
+def test_parquet_paths_under_s3_storage_use_the_course_filesystem(monkeypatch):
+    import pyarrow.fs as pafs
+
+    monkeypatch.setenv("COURSE_STORAGE", "s3://bucket/prefix")
+    monkeypatch.setenv("COURSE_S3_ENDPOINT", "http://127.0.0.1:9")
+    fs, inner = raydata._fs_path(raydata.default_parquet_path("train", 10))
+    assert isinstance(fs, pafs.S3FileSystem)
+    assert inner == "bucket/prefix/datasets/mnist-train-10.parquet"
