@@ -103,6 +103,10 @@ def start_ray(
         else:
             cpus = num_cpus or max(os.cpu_count() or 1, LOCAL_MIN_CPUS)
             init_kwargs.setdefault("dashboard_host", "127.0.0.1")
+            # "local": always a new Ray of our own. Without it ray.init() joins whatever cluster
+            # `ray start` last recorded in /tmp/ray/ray_current_cluster (another notebook's or
+            # test's), then fails with "num_cpus ... must not be provided".
+            init_kwargs.setdefault("address", "local")
             ray.init(num_cpus=cpus, **init_kwargs)
     session = _session(connected)
     if verbose:
