@@ -200,6 +200,7 @@ def collect_predictions(
     for batch in predicted_ds.iter_batches(batch_size=None, batch_format="numpy"):
         if timings is not None and not predictions:
             timings["first_batch_at"] = time.perf_counter()
+            timings["first_batch_rows"] = len(batch["prediction"])
         labels.append(batch["label"])
         predictions.append(batch["prediction"])
     if not predictions:
@@ -282,6 +283,7 @@ class Throughput:
     batch_images: int
     batch_seconds: float
     batch_startup_seconds: float = float("nan")  # until the first predictions reached the driver
+    batch_steady_rate: float = float("nan")  # images/s after the first predictions (pool running)
 
     @property
     def per_image_rate(self) -> float:
@@ -304,6 +306,7 @@ class Throughput:
             f"batch_images: {self.batch_images}",
             f"batch_seconds: {self.batch_seconds:.2f}",
             f"batch_startup_seconds: {self.batch_startup_seconds:.2f}",
+            f"batch_steady_images_per_s: {self.batch_steady_rate:.1f}",
             f"batch_images_per_s: {self.batch_rate:.1f}",
             f"batch_vs_per_image_ratio: {self.ratio:.1f}",
         ]
@@ -354,7 +357,8 @@ def measure_throughput(
     if len(predictions) != len(many):
         raise RuntimeError(f"Batch inference returned {len(predictions)} predictions for {len(many)} digits.")
     startup = timings["first_batch_at"] - start
-    return Throughput(len(sample), per_image_seconds, len(many), batch_seconds, startup)
+    steady = (len(many) - timings["first_batch_rows"]) / max(batch_seconds - startup, 1e-9)
+    return Throughput(len(sample), per_image_seconds, len(many), batch_seconds, startup, steady)
 
 
 def available_checkpoint(run_name: str | None = None) -> tuple[Any, str]:
