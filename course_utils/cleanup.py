@@ -192,10 +192,14 @@ def storage_entries() -> list[str]:
 def _remove_remote(uri: str, dry_run: bool) -> Removed:
     import pyarrow.fs as pafs
 
+    from course_utils.storage import filesystem_and_root
+
     storage = storage_root()
-    if not uri.startswith(storage + "/") or uri.rstrip("/") == storage:
-        raise CleanupRefused(f"Refusing to delete {uri}: it is not inside COURSE_STORAGE={storage}.")
-    fs, path = pafs.FileSystem.from_uri(uri)
+    name = uri[len(storage) + 1 :] if uri.startswith(storage + "/") else ""
+    if not name or "/" in name.rstrip("/") or name in (".", ".."):
+        raise CleanupRefused(f"Refusing to delete {uri}: it is not an entry of COURSE_STORAGE={storage}.")
+    fs, root = filesystem_and_root()  # honours COURSE_S3_ENDPOINT, like the runs themselves
+    path = f"{root}/{name.rstrip('/')}"
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.Directory:
         files = fs.get_file_info(pafs.FileSelector(path, recursive=True))

@@ -237,15 +237,13 @@ def trained_result(run_name: str | None = None):
     When the run is missing or holds no checkpoint (lesson 05 run on its own), trains it now
     through ``course_utils.training.make_trainer`` and says so.
     """
-    import ray.train
-
-    from course_utils.storage import LESSON02_RUN, run_exists, run_path
+    from course_utils.storage import LESSON02_RUN, result_from_run, run_exists
     from course_utils.training import make_trainer
 
     run_name = run_name or LESSON02_RUN
     if run_exists(run_name):
         try:
-            result = ray.train.Result.from_path(run_path(run_name))
+            result = result_from_run(run_name)  # ray.train.Result.from_path, any COURSE_STORAGE
             if result.best_checkpoints:
                 print(
                     f"Found run {run_name!r} with {len(result.best_checkpoints)} kept checkpoint(s) at {result.path}"
@@ -367,14 +365,12 @@ def available_checkpoint(run_name: str | None = None) -> tuple[Any, str]:
     For the benchmark and the cleanup demo: speed does not depend on the weights, so neither
     trains just to get some.
     """
-    import ray.train
-
-    from course_utils.storage import LESSON02_RUN, run_exists, run_path
+    from course_utils.storage import LESSON02_RUN, result_from_run, run_exists
 
     run_name = run_name or LESSON02_RUN
     if run_exists(run_name):
         try:
-            best = ray.train.Result.from_path(run_path(run_name)).get_best_checkpoint("accuracy", "max")
+            best = result_from_run(run_name).get_best_checkpoint("accuracy", "max")
             if best is not None:
                 return best, f"best checkpoint of {run_name}"
         except RuntimeError:
