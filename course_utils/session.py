@@ -250,6 +250,7 @@ class ExtraNode:
         self.process = None
         self.node_id: str | None = None
         self.error: BaseException | None = None
+        self.stopped_at: float | None = None
 
     def start(self, timeout_s: float = 120.0) -> ExtraNode:
         """Start the node and wait until the cluster lists it alive."""
@@ -278,7 +279,8 @@ class ExtraNode:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: stop() ends exactly this node
-            env={**os.environ, "RAY_ADDRESS": ""},
+            # A loaded machine starts the node's agents slowly: give them longer than the default.
+            env={**os.environ, "RAY_ADDRESS": "", "RAY_agent_register_timeout_ms": "120000"},
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -294,7 +296,14 @@ class ExtraNode:
         raise RuntimeError("The extra Ray node did not join the cluster (see `ray start` in a terminal).")
 
     def start_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
-        """Start from a daemon thread once ``condition()`` is true (e.g. the first checkpoint exists)."""
+        """Start from a daemon thread once ``condition()`` is true (a node joining mid-run)."""
+        self._when(condition, self.start, poll_s, timeout_s)
+
+    def stop_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
+        """Stop from a daemon thread once ``condition()`` is true (a node lost mid-run)."""
+        self._when(condition, self.stop, poll_s, timeout_s)
+
+    def _when(self, condition, action, poll_s: float, timeout_s: float) -> None:
         import threading
         import time
 
@@ -308,16 +317,17 @@ class ExtraNode:
                     pass
                 time.sleep(poll_s)
             try:
-                self.start()
+                action()
             except Exception as exc:  # a thread must not fail silently: keep it for the caller
                 self.error = exc
-                print(f"[driver] extra node failed to start: {exc}", flush=True)
+                print(f"[driver] extra node: {action.__name__} failed: {exc}", flush=True)
 
         threading.Thread(target=wait, name="extra-node", daemon=True).start()
 
     def stop(self) -> None:
         """End the node's process group (idempotent)."""
         import signal
+        import time
 
         if self.process is not None and self.process.poll() is None:
             try:
@@ -328,4 +338,5 @@ class ExtraNode:
                     os.killpg(self.process.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            print("[driver] extra node stopped", flush=True)
+            self.stopped_at = time.time()
+            print("[driver] extra node stopped: its processes, and any worker on it, are gone", flush=True)
