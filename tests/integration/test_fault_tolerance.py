@@ -1,0 +1,187 @@
+"""Lesson 04 on a real local Ray: faults are injected, the runs must survive them exactly.
+
+Fits are shared between tests where one run honestly proves several things (each fit costs
+20-40 s here); every shared run is built by a module-scoped fixture, and each test asserts
+one property of it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_utils import checkpoints, faults, history, resumable, training
+from course_utils import storage as runs
+from course_utils.config import get_profile
+
+pytestmark = pytest.mark.integration
+
+# 1,024 digits, global batch 128 on 2 workers: 8 steps of 64 per rank and epoch.
+SMALL = dict(train_size=1024, test_size=256)
+# Ray Train registers a reported checkpoint when its controller next polls the workers: a crash
+# within about a second of report() can lose that checkpoint. Faults wait this long first, so
+# "resumed at the last checkpointed epoch + 1" is deterministic.
+SETTLE_S = 2.0
+
+
+@pytest.fixture(scope="module")
+def shared_storage(tmp_path_factory, ray_session):
+    """One COURSE_STORAGE for the module's shared runs."""
+    path = tmp_path_factory.mktemp("ft-storage")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COURSE_STORAGE", str(path))
+        mp.setenv("COURSE_PROFILE", "smoke")
+        yield path
+
+
+def _profile(epochs: int):
+    return get_profile("smoke").with_(epochs=epochs, **SMALL)
+
+
+def _weights(result) -> dict[str, torch.Tensor]:
+    return checkpoints.load_state(result.checkpoint)["model"]
+
+
+@pytest.fixture(scope="module")
+def epoch_runs(shared_storage):
+    """An uninterrupted 2-epoch run and the same run with rank 1 crashing mid-epoch 1 once."""
+    profile = _profile(2)
+    clean = training.make_trainer("ft-clean", profile, max_failures=0).fit()
+    spec = faults.crash_once(shared_storage / "markers" / "inloop", rank=1, epoch=1, step=5, delay_s=SETTLE_S)
+    crashed = training.make_trainer("ft-crashed", profile, max_failures=1, fault=spec).fit()
+    return {"clean": clean, "crashed": crashed, "spec": spec}
+
+
+def test_in_loop_crash_restarts_once_and_resumes_at_next_epoch(epoch_runs):
+    rows = history.metric_history(epoch_runs["crashed"])
+    assert faults.fired(epoch_runs["spec"])
+    assert rows["epoch"].tolist() == [0, 1]  # all epochs, none twice
+    # attempt 1 ran epoch 0 from a fresh start; attempt 2 started at the checkpointed epoch 0 + 1.
+    # max_failures=1 and fit() returned, so there was at most one restart; the marker proves one.
+    assert rows["start_epoch"].tolist() == [0, 1]
+
+
+def test_resume_at_epoch_boundary_is_bitwise_exact(epoch_runs):
+    clean, crashed = _weights(epoch_runs["clean"]), _weights(epoch_runs["crashed"])
+    assert clean.keys() == crashed.keys()
+    different = [k for k in clean if not torch.equal(clean[k], crashed[k])]
+    assert different == []
+
+
+def test_external_sigkill_of_a_worker_is_survived(shared_storage):
+    spec = faults.crash_once(
+        shared_storage / "markers" / "sigkill", rank=1, epoch=1, step=5, how="external", delay_s=SETTLE_S
+    )
+    trainer = training.make_trainer("ft-sigkill", _profile(2), max_failures=1, fault=spec)
+    killer = faults.ExternalKiller(spec).start()
+    result = trainer.fit()
+    killer.join(timeout=5)
+    rows = history.metric_history(result)
+    assert killer.fired and killer.pid is not None  # a RayTrainWorker pid, checked via the state API
+    assert rows["epoch"].tolist() == [0, 1]
+    assert rows["start_epoch"].tolist() == [0, 1]
+
+
+def test_exhausted_retries_raise_then_same_name_resumes(shared_storage):
+    from ray.train import TrainingFailedError
+
+    markers = shared_storage / "markers"
+    specs = [
+        faults.crash_once(markers / "first", rank=1, epoch=1, step=5, delay_s=SETTLE_S),
+        faults.crash_once(markers / "second", rank=1, epoch=2, step=5, delay_s=SETTLE_S),
+    ]
+    with pytest.raises(TrainingFailedError) as failed:
+        training.make_trainer("ft-exhausted", _profile(3), max_failures=1, fault=specs).fit()
+    message = str(failed.value)
+    assert "InjectedFault" in message and "epoch 2, step 5" in message
+    before = runs.check_run("ft-exhausted")
+    assert before["latest_metrics"]["epoch"] == 1  # epochs 0 and 1 are saved, 2 is not
+
+    result = training.make_trainer("ft-exhausted", _profile(3)).fit()  # a new trainer, same name
+    rows = history.metric_history(result)
+    assert rows["epoch"].tolist() == [0, 1, 2]
+    assert rows["start_epoch"].tolist() == [0, 1, 2]  # fresh, retry at 1, manual restore at 2
+
+
+@pytest.fixture(scope="module")
+def mid_epoch_run(shared_storage):
+    """Mid-epoch checkpoints every 3 steps; a crash at epoch 0 step 6 and a SIGKILL of rank 0
+    while it writes the checkpoint after epoch 1 step 6."""
+    markers = shared_storage / "markers"
+    specs = [
+        faults.crash_once(markers / "mid", rank=1, epoch=0, step=7, delay_s=SETTLE_S),
+        faults.crash_once(
+            markers / "write", rank=0, epoch=1, step=6, how="kill", during="checkpoint", delay_s=SETTLE_S
+        ),
+    ]
+    trainer = resumable.make_trainer_mid_epoch(
+        "ft-mid-epoch", _profile(2), max_failures=2, num_to_keep=3, checkpoint_every=3, fault=specs
+    )
+    result = trainer.fit()
+    return {"result": result, "state": checkpoints.load_state(result.checkpoint), "specs": specs}
+
+
+def test_mid_epoch_resume_sees_every_sample_once(mid_epoch_run):
+    state = mid_epoch_run["state"]
+    starts = [(a["start_epoch"], a["start_step"]) for a in state["attempts"]]
+    expected = resumable.expected_indices(SMALL["train_size"], world=2, epochs=2)
+    assert all(faults.fired(s) for s in mid_epoch_run["specs"])
+    # crash at step 7 after the step-6 checkpoint -> resume at exactly (0, 6); the kill during the
+    # (1, 6) checkpoint write -> that checkpoint never existed -> resume at (1, 3).
+    assert starts == [(0, 0), (0, 6), (1, 3)]
+    assert state["seen"] == expected  # same indices, same order: no duplicates, no gaps
+    for epoch in state["seen"]:
+        flat = [i for rank in epoch for i in rank]
+        assert sorted(flat) == list(range(SMALL["train_size"]))
+
+
+def test_crash_while_writing_a_checkpoint_leaves_only_loadable_ones(mid_epoch_run, shared_storage):
+    info = runs.check_run("ft-mid-epoch")  # every checkpoint the snapshot lists exists and loads
+    run_dir = Path(shared_storage) / "ft-mid-epoch"
+    partial = list(run_dir.rglob("*.partial"))
+    assert info is not None and len(info["checkpoints"]) == 3
+    assert partial == []
+    assert all(checkpoints.load_state(run_dir / name)["epoch"] in (0, 1) for name in info["checkpoints"])
+
+
+@pytest.mark.parametrize("damage", ["truncated snapshot", "deleted checkpoint", "no snapshot"])
+def test_corrupted_run_fails_clearly_instead_of_starting_fresh(epoch_runs, shared_storage, damage):
+    source = Path(shared_storage) / "ft-clean"
+    name = "ft-damaged-" + damage.replace(" ", "-")
+    target = Path(shared_storage) / name
+    shutil.copytree(source, target)
+    snapshot = target / runs.SNAPSHOT_FILE
+    if damage == "truncated snapshot":
+        snapshot.write_text(snapshot.read_text()[:200])
+    elif damage == "deleted checkpoint":
+        shutil.rmtree(target / runs.check_run("ft-clean")["latest"])
+    else:
+        snapshot.unlink()
+    with pytest.raises(runs.RunCorruptedError) as err:
+        training.make_trainer(name, _profile(2))  # the preflight runs before any worker starts
+    assert name in str(err.value) and "reset_run" in str(err.value)
+
+
+def test_bad_configs_fail_clearly(ray_session, storage):
+    from ray.train import CheckpointConfig
+
+    from course_utils.session import worker_count_bounds
+
+    with pytest.raises(ValueError) as elastic:
+        training.make_trainer("ft-bad", _profile(1), num_workers=(4, 2))
+    with pytest.raises(ValueError) as bounds:
+        worker_count_bounds((4, 2))
+    with pytest.raises(ValueError) as keep:
+        CheckpointConfig(num_to_keep=0)
+    with pytest.raises(ValueError) as keep_course:
+        training.make_trainer("ft-bad", _profile(1), num_to_keep=0)
+    with pytest.raises(ValueError) as score:
+        training.make_trainer("ft-bad", _profile(1), score_attribute="val_accuracy")
+    assert "min_workers=4 must be <= max_workers=2" in str(elastic.value)  # Ray's ScalingConfig
+    assert "1 <= min <= max" in str(bounds.value)  # the course's own check, for raw tuples
+    assert "num_to_keep" in str(keep.value) and "num_to_keep" in str(keep_course.value)
+    assert "val_accuracy" in str(score.value) and "accuracy" in str(score.value)
+    assert not runs.run_exists("ft-bad")  # nothing started
