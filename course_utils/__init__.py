@@ -14,6 +14,7 @@ __all__ = [
     "model",
     "plots",
     "raydata",
+    "resumable",
     "session",
     "training",
 ]
