@@ -270,7 +270,10 @@ def bench_recovery(argv: Sequence[str] | None = None) -> dict[str, float]:
     from course_utils import session, storage
     from course_utils.config import get_profile, local_output_dir
 
-    parser = argparse.ArgumentParser(prog="python -m course_utils.bench recovery", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.bench recovery",
+        description=(bench_recovery.__doc__ or "").split("\n")[0],
+    )
     parser.add_argument("--train-size", type=int, default=2048)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--checkpoint-every", type=int, default=5)
