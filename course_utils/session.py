@@ -325,18 +325,15 @@ class ExtraNode:
         threading.Thread(target=wait, name="extra-node", daemon=True).start()
 
     def stop(self) -> None:
-        """End the node's process group (idempotent)."""
+        """End the node abruptly, like a machine losing power: SIGKILL its process group (idempotent)."""
         import signal
         import time
 
         if self.process is not None and self.process.poll() is None:
             try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=30)
-            except Exception:  # did not stop in time: force it
-                try:
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait(timeout=30)
             self.stopped_at = time.time()
-            print("[driver] extra node stopped: its processes, and any worker on it, are gone", flush=True)
+            print("[driver] extra node killed: its processes, and the worker on it, are gone", flush=True)
