@@ -368,7 +368,7 @@ def bench_train(argv: list[str] | None = None) -> float:
     torch.set_num_threads(cores)
     plain = steady(train_baseline(profile, progress=False)["images_per_s"].tolist())
     print(f"plain_pytorch_{cores}_threads_images_per_s: {plain:.0f}")
-    start_ray(verbose=False)
+    start_ray(verbose=False, log_to_driver=False)  # workers' per-epoch logs would bury the figures
     results = {}
     with tempfile.TemporaryDirectory() as storage_dir:
         for workers, cpus in ((2, 1), (1, cores)):
