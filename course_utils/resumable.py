@@ -222,32 +222,19 @@ def make_trainer_mid_epoch(
     num_to_keep: int = 2,
     **config_overrides: Any,
 ):
-    """A ``TorchTrainer`` for ``train_loop_mid_epoch`` (checkpoints kept by recency, not score)."""
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
+    """``training.make_trainer`` for ``train_loop_mid_epoch``: checkpoints kept by recency, not score
+    (mid-epoch reports carry no accuracy)."""
+    from course_utils.training import make_trainer
 
-    from course_utils.config import get_profile
-    from course_utils.session import check_resources
-    from course_utils.storage import check_run, ray_storage
-    from course_utils.training import loop_config
-
-    profile = profile or get_profile()
-    scaling = ScalingConfig(num_workers=num_workers or profile.num_workers, use_gpu=profile.use_gpu)
-    config = loop_config(profile, **config_overrides)
-    check_resources(scaling, config["batch_size"])
-    check_run(name)
-    storage_path, storage_filesystem = ray_storage()
-    return TorchTrainer(
-        train_loop_mid_epoch,
-        train_loop_config=config,
-        scaling_config=scaling,
-        run_config=RunConfig(
-            name=name,
-            storage_path=storage_path,
-            storage_filesystem=storage_filesystem,
-            checkpoint_config=CheckpointConfig(num_to_keep=num_to_keep),
-            failure_config=FailureConfig(max_failures=max_failures),
-        ),
+    return make_trainer(
+        name,
+        profile,
+        num_workers=num_workers,
+        num_to_keep=num_to_keep,
+        max_failures=max_failures,
+        train_loop=train_loop_mid_epoch,
+        score_attribute=None,
+        **config_overrides,
     )
 
 

@@ -277,7 +277,7 @@ def make_trainer(
     max_failures: int = 0,
     train_loop: Callable = train_loop_per_worker,
     datasets: dict[str, Any] | None = None,
-    score_attribute: str = "accuracy",
+    score_attribute: str | None = "accuracy",
     placement_strategy: str = "PACK",
     **config_overrides: Any,
 ):
@@ -286,7 +286,8 @@ def make_trainer(
     Checks the request fits the cluster first, so a too-big run fails now instead of waiting;
     checks an existing run directory of that name is whole (``storage.check_run``), so a damaged
     one fails now instead of silently starting from scratch; and checks ``score_attribute`` is
-    a metric the course loop reports (Ray only logs an error and keeps checkpoints unordered).
+    a metric the course loop reports (Ray only logs an error and keeps checkpoints unordered);
+    ``score_attribute=None`` keeps the most recent checkpoints instead.
     Storage is ``storage.ray_storage()``: a local folder, a shared mount or ``s3://`` alike.
     ``placement_strategy="SPREAD"`` puts the workers on different nodes of a cluster.
     """
@@ -296,7 +297,11 @@ def make_trainer(
     from course_utils.session import check_resources
     from course_utils.storage import check_run, ray_storage
 
-    if train_loop is train_loop_per_worker and score_attribute not in REPORTED_METRICS:
+    if (
+        train_loop is train_loop_per_worker
+        and score_attribute is not None
+        and score_attribute not in REPORTED_METRICS
+    ):
         raise ValueError(
             f"checkpoint_score_attribute {score_attribute!r} is not a metric the course loop reports; "
             f"choose one of {', '.join(REPORTED_METRICS)}."
@@ -323,7 +328,9 @@ def make_trainer(
             checkpoint_config=CheckpointConfig(
                 num_to_keep=num_to_keep,
                 checkpoint_score_attribute=score_attribute,
-                checkpoint_score_order="min" if score_attribute.endswith("loss") else "max",
+                checkpoint_score_order="min"
+                if score_attribute and score_attribute.endswith("loss")
+                else "max",
             ),
             failure_config=FailureConfig(max_failures=max_failures),
         ),
