@@ -28,20 +28,28 @@ def lessons(selected: list[str] | None = None) -> list[Path]:
 
 
 def execute(path: Path, out_dir: Path, timeout_s: int) -> float:
-    """Run one notebook in a fresh kernel; save the executed copy and its HTML; return seconds."""
+    """Run one notebook in a fresh kernel; save the executed copy and its HTML; return seconds.
+
+    The kernel process's own stderr (Ray's native logs, jupyter's warnings, a stack dump when
+    the kernel is stopped) goes to ``build/logs/<lesson>.kernel.log``, not the terminal: what the
+    notebook prints is in its executed copy.
+    """
     import nbformat
+    from nbclient import NotebookClient
     from nbconvert import HTMLExporter
-    from nbconvert.preprocessors import ExecutePreprocessor
 
     nb = nbformat.read(path, as_version=4)
+    (out_dir / "logs").mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     error = None
-    try:
-        ExecutePreprocessor(timeout=timeout_s, kernel_name=KERNEL).preprocess(
-            nb, {"metadata": {"path": str(path.parent)}}
+    with open(out_dir / "logs" / f"{path.stem}.kernel.log", "w") as kernel_log:
+        client = NotebookClient(
+            nb, timeout=timeout_s, kernel_name=KERNEL, resources={"metadata": {"path": str(path.parent)}}
         )
-    except Exception as exc:  # keep the partly executed copy: it shows where it failed
-        error = exc
+        try:
+            client.execute(stderr=kernel_log)
+        except Exception as exc:  # keep the partly executed copy: it shows where it failed
+            error = exc
     seconds = time.perf_counter() - start
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     (out_dir / "html").mkdir(parents=True, exist_ok=True)
