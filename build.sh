@@ -63,7 +63,7 @@ test_all() {
   # notebook in the smoke profile through nbmake; a failing cell fails the run.
   cd "$ROOT"
   COURSE_PROFILE="${COURSE_TEST_PROFILE:-smoke}" "$PY" -m pytest tests notebooks --nbmake \
-    --nbmake-timeout=600 --timeout=1200 -p no:cacheprovider "$@"
+    --nbmake-timeout=600 --timeout=1200 --durations=12 -p no:cacheprovider "$@"
 }
 
 clean() {
