@@ -9,7 +9,9 @@ and returns True. Solutions live in ``notebooks/solutions/NN_*.md``.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import pickle
 import tempfile
 from collections.abc import Callable
@@ -88,7 +90,8 @@ class _Payload:
 
 
 def check_safe_loader(load: Any, exercise: str = "01.2") -> bool:
-    """``load(path)`` must return saved weights and refuse a file that would run code."""
+    """``load(path)`` must return saved weights and refuse a file that would run code, on any
+    PyTorch: the crafted file is also loaded the way PyTorch < 2.6 does by default."""
     import torch
 
     from course_utils.model import build_resnet18
@@ -108,21 +111,48 @@ def check_safe_loader(load: Any, exercise: str = "01.2") -> bool:
             raise _wrong(exercise, "load(path) should return the saved state_dict (a dict of tensors).")
         if not torch.equal(loaded["conv1.weight"], weights["conv1.weight"]):
             raise _wrong(exercise, "the tensors you return are not the saved ones.")
-        marker = Path(tempfile.gettempdir()) / "course-unsafe-load-ran"
-        marker.unlink(missing_ok=True)
-        try:
-            load(evil)
-        except Exception:  # refused, as it should be
-            pass
-        ran = marker.exists()
-        marker.unlink(missing_ok=True)
-        if ran:
-            raise _wrong(
-                exercise,
-                "your loader ran code hidden inside the file. Pass weights_only=True to torch.load so it "
-                "only unpickles tensors and plain containers.",
-            )
-    return _right(exercise, "it loads weights and refuses a file that would run code.")
+        # PyTorch >= 2.6 refuses the crafted file by default; before 2.6 (and wherever this
+        # switch of torch's is set) the default is a full unpickle. A loader that relies on the
+        # default is safe only by luck, so it is tried both ways.
+        for label, env in (("this PyTorch's default", {}), (_OLD_DEFAULT, {_FORCE_UNSAFE_DEFAULT: "1"})):
+            marker = Path(tempfile.gettempdir()) / "course-unsafe-load-ran"
+            marker.unlink(missing_ok=True)
+            with _environ(env):
+                try:
+                    load(evil)
+                except Exception:  # refused, as it should be
+                    pass
+            ran = marker.exists()
+            marker.unlink(missing_ok=True)
+            if ran:
+                raise _wrong(
+                    exercise,
+                    f"your loader ran code hidden inside the file (with {label}). Pass weights_only=True to "
+                    "torch.load yourself, so it only unpickles tensors and plain containers on every PyTorch "
+                    "version, not just where the default happens to be safe.",
+                )
+    return _right(
+        exercise, "it loads weights and refuses a file that would run code, whatever torch.load's default is."
+    )
+
+
+_FORCE_UNSAFE_DEFAULT = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"  # torch's switch: default weights_only=False
+_OLD_DEFAULT = "PyTorch < 2.6's default, weights_only=False"
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]):
+    """Set environment variables for the duration of a block, then restore them."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 # --------------------------------------------------------------------------- lesson 02

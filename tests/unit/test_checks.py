@@ -3,7 +3,6 @@ words, and the published solutions pass their checks."""
 
 import math
 import pickle
-import re
 from pathlib import Path
 
 import numpy as np
@@ -18,54 +17,34 @@ SOLUTIONS = checks.SOLUTIONS
 PROFILE = config.SMOKE
 
 
-def _solution_blocks(lesson: str) -> list[str]:
-    (path,) = SOLUTIONS.glob(f"{lesson}_*.md")
-    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
-
-
-def _run_solution(lesson: str, index: int, **namespace) -> dict:
-    exec(_solution_blocks(lesson)[index], namespace)
-    return namespace
-
-
-# How each solution's answer is checked: (lesson, block index, answer name, call the check).
+# Each check with the arguments its lesson passes; the placeholder must never fail.
 HISTORY = pd.DataFrame({"epoch": [0, 1, 1, 2], "start_epoch": [0, 0, 1, 1]})
-SOLVED = [
-    (
-        "01",
-        0,
-        "steps_per_epoch",
-        lambda a: checks.check_steps_per_epoch(a, PROFILE.train_size, PROFILE.batch_size),
-    ),
-    ("01", 1, "safe_load", checks.check_safe_loader),
-    ("02", 0, "split_batch", checks.check_per_worker_batch),
-    ("02", 1, "my_scaling", lambda a: checks.check_scaling_config(a, 4, 2)),
-    ("03", 0, "my_transform", checks.check_batch_transform),
-    ("04", 0, "my_failure_config", lambda a: checks.check_failure_config(a, 2)),
-    ("04", 1, "my_checkpoint_config", lambda a: checks.check_checkpoint_config(a, 3, "test_loss", "min")),
-    ("04", 2, "resumed_at", lambda a: checks.check_resume_epoch(a, HISTORY)),
-    ("05", 0, "my_accuracy", checks.check_accuracy_fn),
-    ("06", 0, "inside", checks.check_inside),
-]
+PLACEHOLDER_CALLS = {
+    "01.1": lambda a: checks.check_steps_per_epoch(a, PROFILE.train_size, PROFILE.batch_size),
+    "01.2": checks.check_safe_loader,
+    "02.1": checks.check_per_worker_batch,
+    "02.2": lambda a: checks.check_scaling_config(a, 4, 2),
+    "03.1": checks.check_batch_transform,
+    "04.1": lambda a: checks.check_failure_config(a, 2),
+    "04.2": lambda a: checks.check_checkpoint_config(a, 3, "test_loss", "min"),
+    "04.3": lambda a: checks.check_resume_epoch(a, HISTORY),
+    "05.1": checks.check_accuracy_fn,
+    "06.1": checks.check_inside,
+}
 
 
-def test_every_lesson_has_solutions_and_every_check_is_covered():
+def test_every_check_is_called_by_a_lesson():
+    # The published solutions themselves are run by the lesson items (conftest.py): each lesson
+    # executes with every solution pasted into its exercise cell, and each must print "correct".
     assert sorted(p.name[:2] for p in SOLUTIONS.glob("*.md")) == ["01", "02", "03", "04", "05", "06"]
-    assert len(SOLVED) == len(checks.CHECKS)
+    assert set(PLACEHOLDER_CALLS) == set(checks.CHECKS)
 
 
-@pytest.mark.parametrize("lesson, index, name, check", SOLVED, ids=[f"{s[0]}-{s[2]}" for s in SOLVED])
-def test_published_solution_passes(lesson, index, name, check, capsys):
-    answer = _run_solution(lesson, index, profile=PROFILE, history=HISTORY)[name]
-    assert check(answer) is True
-    assert "correct" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("lesson, index, name, check", SOLVED, ids=[f"{s[0]}-{s[2]}" for s in SOLVED])
-def test_placeholder_is_not_attempted_and_does_not_fail(lesson, index, name, check, capsys):
-    assert check(...) is False
+@pytest.mark.parametrize("exercise", sorted(PLACEHOLDER_CALLS))
+def test_placeholder_is_not_attempted_and_does_not_fail(exercise, capsys):
+    assert PLACEHOLDER_CALLS[exercise](...) is False
     out = capsys.readouterr().out
-    assert "not attempted yet" in out and f"notebooks/solutions/{lesson}_" in out
+    assert "not attempted yet" in out and f"notebooks/solutions/{exercise[:2]}_" in out
 
 
 def _message(check, answer) -> str:
@@ -88,6 +67,13 @@ def test_safe_loader_catches_code_running_loads():
     message = _message(checks.check_safe_loader, unsafe)
     assert "ran code" in message and "weights_only=True" in message
     assert "state_dict" in _message(checks.check_safe_loader, lambda path: None)
+
+
+def test_safe_loader_catches_a_loader_that_relies_on_the_default():
+    # Safe on torch >= 2.6 by luck only: before 2.6 the default unpickled anything.
+    message = _message(checks.check_safe_loader, lambda path: torch.load(path, map_location="cpu"))
+    assert "PyTorch < 2.6" in message and "weights_only=True" in message
+    assert checks.check_safe_loader(lambda path: torch.load(path, map_location="cpu", weights_only=True))
 
 
 def test_safe_loader_catches_plain_pickle():

@@ -1,0 +1,113 @@
+"""Lessons as pytest items, and a closing summary of the paths a learner takes.
+
+``pytest notebooks`` (and ``./build.sh test``) collects each ``notebooks/NN_*.ipynb`` as one
+item that runs the lesson as shipped and then, in the same kernel, its exercises answered with
+the published solutions (``course_utils.solutions``); each answer's check must print
+"correct". With ``--nbmake`` the lessons are left to nbmake and run as shipped only.
+
+Every test that belongs to a learner's path carries ``@pytest.mark.path("...")``; the end of
+the test output lists each path with what ran, its outcome and its time.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from nbmake.pytest_items import NotebookFailedException, NotebookItem
+
+LESSON = re.compile(r"^\d\d_.*\.ipynb$")
+LAPTOP = "laptop: local Ray, local storage, lessons as shipped"
+ANSWERED = "exercises answered (solutions pasted, same kernel)"
+
+
+def pytest_collect_file(file_path: Path, parent):
+    if (
+        not parent.config.option.nbmake
+        and file_path.parent.name == "notebooks"
+        and LESSON.match(file_path.name)
+    ):
+        return LessonFile.from_parent(parent, path=file_path)
+    return None
+
+
+class LessonFile(pytest.File):
+    def collect(self):
+        item = LessonItem.from_parent(self, filename=str(self.path))
+        item.add_marker(pytest.mark.notebooks)
+        item.add_marker(pytest.mark.path(LAPTOP))
+        item.add_marker(pytest.mark.path(ANSWERED))
+        yield item
+
+
+class LessonItem(NotebookItem):
+    """nbmake's item (its failure report shows the failing cell), run with the exercises answered."""
+
+    def runtest(self) -> None:
+        from course_utils import solutions
+        from tests.notebook_runs import run_lesson
+
+        result = run_lesson(
+            Path(self.filename), "lessons", answered=True, timeout_s=self.config.option.nbmake_timeout
+        )
+        if result.error is not None:
+            raise NotebookFailedException(result)
+        missing = solutions.unanswered(result.nb)
+        if missing:
+            raise AssertionError(
+                f"{Path(self.filename).name}: with the published solution pasted in, exercise(s) {missing} "
+                "did not print 'correct' (see the executed copy under build/tests/lessons/)."
+            )
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, AssertionError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+
+# ------------------------------------------------------------------------ paths summary
+
+_paths: dict[str, list[str]] = defaultdict(list)
+_outcomes: dict[str, tuple[str, float]] = {}
+_started = time.monotonic()
+
+
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        for marker in item.iter_markers("path"):
+            _paths[marker.args[0]].append(item.nodeid)
+
+
+def pytest_runtest_logreport(report) -> None:
+    outcome, seconds = _outcomes.get(report.nodeid, ("passed", 0.0))
+    seconds += report.duration
+    if report.failed:
+        outcome = "failed"
+    elif report.skipped and outcome != "failed":
+        outcome = "skipped"
+    _outcomes[report.nodeid] = (outcome, seconds)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not _paths or not _outcomes:
+        return
+    terminalreporter.section("paths a learner takes")
+    for path, nodeids in _paths.items():
+        ran = [n for n in nodeids if n in _outcomes]
+        counts = defaultdict(int)
+        for n in ran:
+            counts[_outcomes[n][0]] += 1
+        seconds = sum(_outcomes[n][1] for n in ran)
+        state = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "not run"
+        names = ", ".join(sorted({_short(n) for n in ran})[:8])
+        more = "" if len(set(map(_short, ran))) <= 8 else ", ..."
+        terminalreporter.write_line(f"{path}: {state} in {seconds:.0f} s ({len(ran)} items: {names}{more})")
+    terminalreporter.write_line(f"whole run: {time.monotonic() - _started:.0f} s")
+
+
+def _short(nodeid: str) -> str:
+    name = nodeid.split("::")[-1]
+    return Path(name).stem[:40] if name.endswith(".ipynb") else name[:40]

@@ -1,0 +1,49 @@
+"""Published solutions pasted into exercise cells, as the lesson items run them."""
+
+import pytest
+
+from course_utils import solutions
+from tests.notebook_runs import LESSONS
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem[:2] for p in LESSONS])
+def test_every_placeholder_has_its_solution_and_no_placeholder_is_left(lesson):
+    nb = solutions.answered_notebook(lesson)
+    answered = [c for c in nb.cells if solutions.ANSWERED_TAG in c.metadata.get("tags", [])]
+    assert answered, f"{lesson.name} has no exercise"
+    for cell in answered:
+        assert not solutions.PLACEHOLDER.search(cell.source), cell.source
+        for exercise in cell.metadata["exercises"]:
+            assert solutions.solutions(exercise[:2])[exercise].strip() in cell.source
+
+
+def test_answer_replaces_each_placeholder_in_order_keeping_the_rest():
+    source = "import x\n  a = ...  # YOUR ANSWER: a\nb = ...  # YOUR ANSWER: b\ncheck(a, b)"
+    out = solutions.answer(source, ["a = 1\n\nq = 2\n", "def b():\n    return 3\n"])
+    assert out == "import x\n  a = 1\n\n  q = 2\ndef b():\n    return 3\ncheck(a, b)"
+    with pytest.raises(solutions.SolutionsError):
+        solutions.answer(source, ["a = 1"])
+
+
+def test_a_mismatch_between_lesson_and_solutions_is_an_error(tmp_path, monkeypatch):
+    (tmp_path / "01_x.md").write_text("## Exercise 01.1 · One\n\n```python\nx = 1\n```\n")
+    monkeypatch.setattr(solutions, "SOLUTIONS", tmp_path)
+    with pytest.raises(solutions.SolutionsError, match=r"01\.2"):
+        solutions.answered_notebook(LESSONS[0])  # lesson 01 has two exercises
+
+
+def test_unanswered_lists_exercises_whose_check_did_not_say_correct():
+    def cell(ids, text):
+        return {
+            "cell_type": "code",
+            "metadata": {"tags": [solutions.ANSWERED_TAG], "exercises": ids},
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": text}],
+        }
+
+    nb = {
+        "cells": [
+            cell(["04.1", "04.2"], "Exercise 04.1: correct. ...\n"),
+            cell(["04.3"], "Exercise 04.3: correct."),
+        ]
+    }
+    assert solutions.unanswered(nb) == ["04.2"]
