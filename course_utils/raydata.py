@@ -25,8 +25,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import torch
 
-from course_utils import checkpoints, data, training
-from course_utils.config import Profile, get_profile, storage_root
+from course_utils import checkpoints, data, ownership, training
+from course_utils.config import Profile, get_profile, learner_storage_root, storage_root
 from course_utils.model import build_resnet18, unwrap
 
 IMAGE, LABEL = "image", "label"
@@ -48,9 +48,14 @@ class DatasetColumnsError(ValueError):
 # --------------------------------------------------------------------------- Parquet export
 
 
-def _fs_path(path: str) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, path inside it); paths under an ``s3://`` course storage go through
-    ``storage.filesystem_and_root`` so ``COURSE_S3_ENDPOINT`` and credentials apply."""
+def location(path: str | Path) -> tuple[pafs.FileSystem, str]:
+    """``(filesystem, path inside it)`` of Parquet data, for ``read_parquet(path, filesystem=fs)``.
+
+    A local path gets pyarrow's local filesystem. A path under an ``s3://`` course storage goes
+    through ``storage.filesystem_and_root``, so ``COURSE_S3_ENDPOINT`` and the credentials
+    apply: a bare ``read_parquet("s3://...")`` would ask AWS for the bucket's region instead.
+    """
+    path = str(path)
     if "://" not in path:
         return pafs.LocalFileSystem(), str(Path(path).resolve())
     root = storage_root()
@@ -63,17 +68,19 @@ def _fs_path(path: str) -> tuple[pafs.FileSystem, str]:
 
 
 def default_parquet_path(split: str = "train", rows: int | None = None) -> str:
-    """Where the course keeps a Parquet copy of a split: under the course storage, which is the
-    folder every node of a cluster can read (a shared mount or ``s3://``)."""
+    """Where the course keeps a Parquet copy of a split: in this learner's folder of the course
+    storage, which every node of a cluster can read (a shared mount or ``s3://``)."""
     suffix = f"-{rows}" if rows is not None else ""
-    return f"{storage_root()}/datasets/mnist-{split}{suffix}.parquet"
+    return f"{learner_storage_root()}/datasets/mnist-{split}{suffix}.parquet"
 
 
 def write_parquet(images: np.ndarray, labels: np.ndarray, path: str | Path, num_files: int = 4) -> str:
     """Write uint8 digits ``[N, 28, 28]`` and labels ``[N]`` as ``num_files`` Parquet files.
 
     Several files let Ray Data read in parallel. An existing folder at ``path`` is replaced,
-    so writing twice gives the same dataset, not a doubled one. Returns ``path``.
+    so writing twice gives the same dataset, not a doubled one, but only when this course wrote
+    it for this learner (its ``ownership.OWNER_FILE``); any other non-empty folder or a file
+    there raises ``CleanupRefused`` and nothing is deleted. Returns ``path``.
     """
     images = np.ascontiguousarray(images, dtype=np.uint8)
     if images.ndim != 3 or images.shape[1:] != (SIDE, SIDE):
@@ -81,16 +88,40 @@ def write_parquet(images: np.ndarray, labels: np.ndarray, path: str | Path, num_
     if len(labels) != len(images):
         raise ValueError(f"{len(images)} images but {len(labels)} labels.")
     path = str(path)
-    fs, root = _fs_path(path)
-    if fs.get_file_info(root).type != pafs.FileType.NotFound:
-        fs.delete_dir(root)
-    fs.create_dir(root, recursive=True)
+    fs, root = location(path)
+    _clear_own_folder(fs, root, path)
+    ownership.write_owner(fs, root, "parquet")  # creates the folder
+    if "://" in path and path.startswith(learner_storage_root() + "/"):
+        from course_utils import storage
+
+        storage.learner_filesystem_and_root()  # marks the learner's folder as the course's too
     flat = images.reshape(len(images), PIXELS)
     for i, part in enumerate(np.array_split(np.arange(len(images)), max(1, min(num_files, len(images))))):
         column = pa.array([row.tobytes() for row in flat[part]], type=pa.binary())
         table = pa.Table.from_arrays([column, pa.array(labels[part], type=pa.int64())], schema=SCHEMA)
         pq.write_table(table, f"{root}/part-{i:03d}.parquet", filesystem=fs)
     return path
+
+
+def _clear_own_folder(fs: pafs.FileSystem, root: str, shown: str) -> None:
+    """Empty folder ``root`` for a rewrite when the course wrote it for this learner; refuse otherwise."""
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.NotFound:
+        return
+    if info.type != pafs.FileType.Directory:
+        raise ownership.CleanupRefused(
+            f"Refusing to replace {shown}: it is a file, not a Parquet folder the course wrote. "
+            "Choose another path or remove it yourself."
+        )
+    if not fs.get_file_info(pafs.FileSelector(root)):
+        return  # an empty folder: nothing to delete
+    ownership.refuse_unless_mine(fs, root, shown, "replace")
+    if isinstance(fs, pafs.LocalFileSystem):
+        import shutil
+
+        shutil.rmtree(root)  # never follows symlinks
+    else:
+        fs.delete_dir(root)
 
 
 def export_mnist_parquet(
@@ -118,7 +149,7 @@ def export_mnist_parquet(
 
 def parquet_files(path: str | Path) -> list[tuple[str, int]]:
     """(file name, size in bytes) of each Parquet file under ``path`` (local or ``s3://``)."""
-    fs, root = _fs_path(str(path))
+    fs, root = location(str(path))
     infos = fs.get_file_info(pafs.FileSelector(root))
     return sorted((i.base_name, i.size) for i in infos if i.base_name.endswith(".parquet"))
 
@@ -147,7 +178,7 @@ def read_digits(path: str | Path, *, shuffle_files: bool = False):
     import ray.data
 
     path = str(path)
-    fs, root = _fs_path(path)
+    fs, root = location(path)
     if fs.get_file_info(root).type == pafs.FileType.NotFound:
         raise FileNotFoundError(
             f"No Parquet data at {path}. Write it first with course_utils.raydata.export_mnist_parquet()."
@@ -442,7 +473,7 @@ def bench_ingest(argv: Sequence[str] | None = None) -> dict[str, float]:
         write_parquet(images, labels, path, num_files=args.files)
         table = measure_ingest(ingest_pipelines(path, (images, labels)), rounds=args.rounds, progress=False)
     finally:
-        fs, root = _fs_path(path)
+        fs, root = location(path)
         if fs.get_file_info(root).type != pafs.FileType.NotFound:
             fs.delete_dir(root)
         if started_here:

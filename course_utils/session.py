@@ -82,6 +82,29 @@ def _session(connected: bool) -> RaySession:
     )
 
 
+def _course_settings(profile: str | None) -> dict[str, str]:
+    """The driver's course settings, resolved, for the workers of a cluster we connect to.
+
+    On a cluster the workers run ``course_utils`` from the copy Ray shipped into its
+    ``runtime_resources`` folder, so a default derived from the package's location (the data
+    folder next to the repo) would point inside that copy. Absolute values from the driver
+    keep every worker on the same data and storage (the profile too, so ``auto`` means the
+    same on a GPU-less driver and a GPU worker). Credentials are not shipped: S3 access
+    travels with the ``storage_filesystem`` object Ray pickles for its workers.
+    """
+    from course_utils import config
+
+    settings = {
+        "COURSE_PROFILE": config.profile_name(profile),
+        "COURSE_DATA": str(config.data_root()),
+        "COURSE_STORAGE": config.storage_root(),
+    }
+    endpoint = config.s3_endpoint()
+    if endpoint:
+        settings["COURSE_S3_ENDPOINT"] = endpoint
+    return settings
+
+
 def start_ray(
     num_cpus: int | None = None, profile: str | None = None, verbose: bool = True, **init_kwargs: Any
 ) -> RaySession:
@@ -98,6 +121,7 @@ def start_ray(
         if connected:
             import course_utils
 
+            env = dict(env, **_course_settings(profile))
             runtime_env = {"env_vars": env, "py_modules": [str(Path(course_utils.__file__).parent)]}
             ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, **init_kwargs)
         else:
