@@ -64,11 +64,12 @@ SMOKE = Profile(
 )
 
 
-def _full() -> Profile:
+def _full(gpus: int | None = None) -> Profile:
+    gpus = gpu_count() if gpus is None else gpus
     return Profile(
         name="full",
-        num_workers=max(1, gpu_count()),
-        use_gpu=gpu_count() > 0,
+        num_workers=max(1, gpus),
+        use_gpu=gpus > 0,
         epochs=5,
         train_size=None,
         test_size=None,
@@ -76,8 +77,9 @@ def _full() -> Profile:
     )
 
 
-def profile_name(name: str | None = None) -> str:
-    """Resolve ``name`` (or ``COURSE_PROFILE``) to ``smoke`` or ``full``."""
+def profile_name(name: str | None = None, gpus: int | None = None) -> str:
+    """Resolve ``name`` (or ``COURSE_PROFILE``) to ``smoke`` or ``full``; ``auto`` looks at
+    ``gpus`` (default: the GPUs visible here)."""
     raw = name if name is not None else os.environ.get("COURSE_PROFILE", "auto")
     value = raw.strip().lower()
     if value not in PROFILES:
@@ -86,13 +88,14 @@ def profile_name(name: str | None = None) -> str:
             f"allowed: {', '.join(PROFILES)}."
         )
     if value == "auto":
-        value = "full" if gpu_count() > 0 else "smoke"
+        value = "full" if (gpu_count() if gpus is None else gpus) > 0 else "smoke"
     return value
 
 
-def get_profile(name: str | None = None) -> Profile:
-    """The active profile: ``smoke`` on a CPU laptop and in CI, ``full`` on GPUs."""
-    return SMOKE if profile_name(name) == "smoke" else _full()
+def get_profile(name: str | None = None, gpus: int | None = None) -> Profile:
+    """The active profile: ``smoke`` on a CPU laptop and in CI, ``full`` on GPUs. ``gpus``
+    overrides the GPU count seen here (``course_utils.plan`` passes it; tests too)."""
+    return SMOKE if profile_name(name, gpus) == "smoke" else _full(gpus)
 
 
 def data_root() -> Path:
