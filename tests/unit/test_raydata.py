@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 import torch
 from PIL import Image
 
-from course_utils import bench, data, raydata, training
+from course_utils import bench, config, data, raydata, training
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +85,38 @@ def test_write_parquet_rejects_bad_shapes(tmp_path, digits):
         raydata.write_parquet(images, labels[:-1], tmp_path / "b")
     assert "[N, 28, 28]" in str(wrong_shape.value)
     assert "labels" in str(wrong_count.value)
+
+
+def test_write_parquet_replaces_only_a_folder_the_course_wrote(tmp_path, digits, monkeypatch):
+    from course_utils import ownership
+
+    images, labels = digits
+    monkeypatch.setenv("COURSE_LEARNER", "alice")
+    foreign = tmp_path / "my-thesis"  # a folder the course did not write
+    foreign.mkdir()
+    (foreign / "chapter1.tex").write_text("precious")
+    teammate = tmp_path / "bob-digits.parquet"
+    monkeypatch.setenv("COURSE_LEARNER", "bob")
+    raydata.write_parquet(images, labels, teammate, num_files=2)
+    monkeypatch.setenv("COURSE_LEARNER", "alice")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep")
+    for path, says in (
+        (foreign, "no .course-owner.json"),
+        (teammate, "learner 'bob'"),
+        (a_file, "is a file"),
+    ):
+        with pytest.raises(ownership.CleanupRefused) as info:
+            raydata.write_parquet(images, labels, path)
+        assert "Refusing to replace" in str(info.value) and says in str(info.value)
+    assert (foreign / "chapter1.tex").read_text() == "precious" and len(list(foreign.iterdir())) == 1
+    assert len(list(teammate.glob("*.parquet"))) == 2 and a_file.read_text() == "keep"
+
+    empty = tmp_path / "empty"  # an empty folder has nothing to lose: written into
+    empty.mkdir()
+    raydata.write_parquet(images, labels, empty, num_files=2)
+    assert ownership.read_owner(pafs.LocalFileSystem(), str(empty))["kind"] == "parquet"
+    assert pq.read_table(empty).num_rows == len(labels)  # the record is not read as data
 
 
 def test_export_mnist_parquet_replicates_under_storage(storage, mnist_root):
@@ -206,4 +239,4 @@ def test_parquet_paths_under_s3_storage_use_the_course_filesystem(monkeypatch):
     monkeypatch.setenv("COURSE_S3_ENDPOINT", "http://127.0.0.1:9")
     fs, inner = raydata._fs_path(raydata.default_parquet_path("train", 10))
     assert isinstance(fs, pafs.S3FileSystem)
-    assert inner == "bucket/prefix/datasets/mnist-train-10.parquet"
+    assert inner == f"bucket/prefix/{config.learner_folder()}/datasets/mnist-train-10.parquet"
