@@ -177,6 +177,11 @@ class ExternalKiller:
                 self.found_with = f"the process title {title!r}"
             if pid not in workers:
                 raise RuntimeError(f"pid {pid} is not an alive RayTrainWorker (alive: {sorted(workers)}).")
+            if not _process_title(pid).startswith("ray::RayTrainWorker"):  # never kill another process
+                raise RuntimeError(
+                    f"pid {pid} is a RayTrainWorker on another machine of the cluster, not on this one: "
+                    "a SIGKILL from here cannot reach it."
+                )
             os.kill(pid, signal.SIGKILL)
             self.pid, self.actor_id, self.killed_at = pid, workers[pid], time.time()
             print(

@@ -266,12 +266,15 @@ class ExtraNode:
     holding CPUs with an actor does not shrink it, but a node joining (or leaving) does.
 
     The node runs in its own process group, which ``stop()`` ends; nothing else is touched.
-    Local clusters only.
+    This machine only: a local Ray, or a cluster whose head runs here (``add_local_nodes`` checks).
+    It advertises no GPUs by default (``num_gpus=0``): it shares this machine's GPUs with the
+    head, and counting them twice would put two ranks on one GPU.
     """
 
-    def __init__(self, num_cpus: int = 1, resources: dict[str, float] | None = None):
-        self.num_cpus, self.resources = num_cpus, dict(resources or {})
+    def __init__(self, num_cpus: int = 1, resources: dict[str, float] | None = None, num_gpus: int = 0):
+        self.num_cpus, self.num_gpus, self.resources = num_cpus, num_gpus, dict(resources or {})
         self.process = None
+        self.log: Path | None = None  # the node's `ray start` output, deleted when it joined and stopped
         self.node_id: str | None = None
         self.error: BaseException | None = None
         self.stopped_at: float | None = None
@@ -281,18 +284,22 @@ class ExtraNode:
         import json
         import subprocess
         import sys
+        import tempfile
         import time
 
         import ray
 
         before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         ray_cli = Path(sys.executable).with_name("ray")
+        fd, log = tempfile.mkstemp(prefix="course-extra-node-", suffix=".log")
+        self.log = Path(log)
         self.process = subprocess.Popen(
             [
                 str(ray_cli),
                 "start",
                 f"--address={ray.get_runtime_context().gcs_address}",
                 f"--num-cpus={self.num_cpus}",
+                f"--num-gpus={self.num_gpus}",
                 f"--resources={json.dumps(self.resources)}",
                 "--block",
                 "--disable-usage-stats",
@@ -300,12 +307,13 @@ class ExtraNode:
                 # node on the same machine: give this node free ones.
                 *(f"--{flag}={_free_port()}" for flag in _NODE_PORT_FLAGS),
             ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: stop() ends exactly this node
             # A loaded machine starts the node's agents slowly: give them longer than the default.
             env={**os.environ, "RAY_ADDRESS": "", "RAY_agent_register_timeout_ms": "120000"},
         )
+        os.close(fd)  # the node writes to its own copy of the descriptor
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             new = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] not in before]
@@ -316,8 +324,15 @@ class ExtraNode:
             if self.process.poll() is not None:
                 break
             time.sleep(0.5)
+        exited = self.process.poll() is not None
         self.stop()
-        raise RuntimeError("The extra Ray node did not join the cluster (see `ray start` in a terminal).")
+        lines = [line.strip() for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
+        said = f": {lines[-1][:300]}" if lines else ""
+        raise RuntimeError(
+            "The extra Ray node did not join the cluster "
+            + ("(its `ray start` exited)" if exited else f"within {timeout_s:.0f} s")
+            + f"{said} (`ray start` output in {self.log})."
+        )
 
     def start_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
         """Start from a daemon thread once ``condition()`` is true (a node joining mid-run)."""
@@ -361,3 +376,66 @@ class ExtraNode:
             self.process.wait(timeout=30)
             self.stopped_at = time.time()
             print("[driver] extra node killed: its processes, and the worker on it, are gone", flush=True)
+        if self.node_id and self.log is not None:
+            self.log.unlink(missing_ok=True)  # it joined: nothing in its start-up output to read
+
+
+def _is_this_machine(host: str) -> bool:
+    """True when ``host`` is an address of this machine (a socket can bind to it here)."""
+    import socket
+
+    try:
+        with socket.socket() as s:
+            s.bind((socket.gethostbyname(host), 0))
+        return True
+    except OSError:
+        return False
+
+
+def extra_node_blocker() -> str | None:
+    """Why an ``ExtraNode`` cannot join this process's Ray from this machine, in one line; or None.
+
+    A local Ray always can. A cluster we connected to (``RAY_ADDRESS``) can when its head runs on
+    this machine (a host trying the course, ``cluster.LocalCluster``). When the head is elsewhere,
+    adding this machine as a node would let a shared cluster schedule other people's work here,
+    and killing it would not be a node of that cluster leaving: the demo is not run.
+    """
+    import ray
+
+    if not os.environ.get("RAY_ADDRESS"):
+        return None
+    address = ray.get_runtime_context().gcs_address
+    if _is_this_machine(address.rsplit(":", 1)[0]):
+        return None
+    return (
+        f"the cluster at {address} runs on other machines, and this demo would add this machine to it as a "
+        "node and kill that node (on a cluster of your own, stop a worker node during an elastic run instead)"
+    )
+
+
+def add_local_nodes(
+    count: int, num_cpus: int = 1, resources: dict[str, float] | None = None
+) -> tuple[list[ExtraNode], str | None]:
+    """Start ``count`` ``ExtraNode``s and return ``(nodes, None)``, or ``([], why not)`` in one line.
+
+    On a local Ray a node that fails to join raises (a bug to see). On a cluster we connected to,
+    the reason is returned instead (``extra_node_blocker``, or the node's own error), so the
+    section that needs the nodes can say in one line why it is skipped there.
+    """
+    import ray
+
+    reason = extra_node_blocker()
+    if reason:
+        return [], reason
+    nodes: list[ExtraNode] = []
+    try:
+        for _ in range(count):
+            nodes.append(ExtraNode(num_cpus=num_cpus, resources=resources).start())
+    except RuntimeError as err:
+        for node in nodes:
+            node.stop()
+        if not os.environ.get("RAY_ADDRESS"):
+            raise
+        address = ray.get_runtime_context().gcs_address
+        return [], f"a Ray node started on this machine could not join the cluster at {address}: {err}"
+    return nodes, None

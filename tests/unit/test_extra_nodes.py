@@ -1,0 +1,120 @@
+"""Lesson 04's extra Ray nodes on a cluster the learner did not start: added when the head runs on
+this machine, else a one-line reason (never a traceback); and the SIGKILL demo never kills a
+process that is not a Ray Train worker on this machine. Ray itself is patched: no cluster here."""
+
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import ray
+
+from course_utils import faults, session
+
+CLUSTER_PATH = "cluster someone else started: `ray start --head` + RAY_ADDRESS"
+
+
+@pytest.fixture
+def cluster_at(monkeypatch):
+    def set_(address: str | None) -> None:
+        if address is None:
+            monkeypatch.delenv("RAY_ADDRESS", raising=False)
+            address = "127.0.0.1:6379"
+        else:
+            monkeypatch.setenv("RAY_ADDRESS", address)
+        monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(gcs_address=address))
+
+    return set_
+
+
+def test_a_local_ray_can_always_take_a_node(cluster_at):
+    cluster_at(None)
+    assert session.extra_node_blocker() is None
+
+
+@pytest.mark.path(CLUSTER_PATH)
+@pytest.mark.parametrize("host", ["127.0.0.2", "localhost"])
+def test_a_connected_cluster_whose_head_runs_here_can_take_one(cluster_at, host):
+    cluster_at(f"{host}:6379")
+    assert session.extra_node_blocker() is None
+
+
+@pytest.mark.path(CLUSTER_PATH)
+def test_a_remote_cluster_is_skipped_in_one_line(cluster_at, monkeypatch):
+    cluster_at("192.0.2.77:6379")  # TEST-NET-1: never an address of this machine
+    started = []
+    monkeypatch.setattr(session.ExtraNode, "start", lambda self, **kw: started.append(self) or self)
+    nodes, reason = session.add_local_nodes(2, resources={"slot": 1})
+    assert nodes == [] and not started, "nothing is started for a cluster on other machines"
+    assert reason.startswith("the cluster at 192.0.2.77:6379 runs on other machines") and "\n" not in reason
+
+
+@pytest.mark.path(CLUSTER_PATH)
+def test_a_node_that_cannot_join_a_connected_cluster_is_a_reason_not_a_traceback(cluster_at, monkeypatch):
+    cluster_at("127.0.0.2:6379")
+    calls, stopped = [], []
+
+    def start(self, **kw):
+        calls.append(self)
+        if len(calls) == 2:
+            raise RuntimeError("The extra Ray node did not join the cluster within 120 s: version mismatch")
+        return self
+
+    monkeypatch.setattr(session.ExtraNode, "start", start)
+    monkeypatch.setattr(session.ExtraNode, "stop", lambda self: stopped.append(self))
+    nodes, reason = session.add_local_nodes(2, resources={"slot": 1})
+    assert nodes == [] and stopped == calls[:1], "the node that did join is stopped again"
+    assert "could not join the cluster at 127.0.0.2:6379" in reason and "version mismatch" in reason
+
+
+def test_locally_a_node_that_cannot_join_raises(cluster_at, monkeypatch):
+    cluster_at(None)
+
+    def start(self, **kw):
+        raise RuntimeError("did not join")
+
+    monkeypatch.setattr(session.ExtraNode, "start", start)
+    with pytest.raises(RuntimeError, match="did not join"):
+        session.add_local_nodes(1)
+
+
+def test_extra_nodes_advertise_no_gpus_and_start_with_the_requested_resources(cluster_at, monkeypatch):
+    cluster_at(None)
+    node = session.ExtraNode(num_cpus=1, resources={"slot": 1})
+    assert (node.num_cpus, node.num_gpus, node.resources) == (1, 0, {"slot": 1})
+    commands = []
+
+    class FakePopen:
+        pid = -1
+
+        def __init__(self, command, **kwargs):
+            commands.append(command)
+            os.write(kwargs["stdout"], b"ray start: could not connect to GCS\n")
+
+        def poll(self):
+            return 1  # exited at once
+
+    monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(ray, "nodes", lambda: [])
+    with pytest.raises(RuntimeError, match="could not connect to GCS") as err:
+        node.start(timeout_s=5)
+    assert "--num-gpus=0" in commands[0] and '--resources={"slot": 1}' in commands[0]
+    assert node.log is not None and str(node.log) in str(err.value)
+    node.log.unlink()
+
+
+def test_external_killer_never_kills_a_process_that_is_not_a_local_train_worker(tmp_path, monkeypatch):
+    spec = faults.crash_once(tmp_path / "kill", how="external")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "kill").write_text(f"{other.pid}\n")
+        # The state API lists that pid as a worker (as it would for a worker on another machine).
+        monkeypatch.setattr(faults, "train_worker_pids", lambda: {other.pid: "actor-on-another-node"})
+        killer = faults.ExternalKiller(spec, timeout_s=5, poll_s=0.05).start()
+        with pytest.raises(RuntimeError, match="on another machine"):
+            killer.join(10)
+        assert other.poll() is None and not killer.fired, "the unrelated process is still alive"
+    finally:
+        other.kill()
+        other.wait()
