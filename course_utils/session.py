@@ -89,8 +89,9 @@ def _course_settings(profile: str | None) -> dict[str, str]:
     ``runtime_resources`` folder, so a default derived from the package's location (the data
     folder next to the repo) would point inside that copy. Absolute values from the driver
     keep every worker on the same data and storage (the profile too, so ``auto`` means the
-    same on a GPU-less driver and a GPU worker). Credentials are not shipped: S3 access
-    travels with the ``storage_filesystem`` object Ray pickles for its workers.
+    same on a GPU-less driver and a GPU worker), and the learner (a worker may run as another
+    OS user, whose name would be another learner's folder). Credentials are not shipped: S3
+    access travels with the ``storage_filesystem`` object Ray pickles for its workers.
     """
     from course_utils import config
 
@@ -98,6 +99,7 @@ def _course_settings(profile: str | None) -> dict[str, str]:
         "COURSE_PROFILE": config.profile_name(profile),
         "COURSE_DATA": str(config.data_root()),
         "COURSE_STORAGE": config.storage_root(),
+        "COURSE_LEARNER": config.learner(),
     }
     endpoint = config.s3_endpoint()
     if endpoint:
@@ -108,13 +110,19 @@ def _course_settings(profile: str | None) -> dict[str, str]:
 def start_ray(
     num_cpus: int | None = None, profile: str | None = None, verbose: bool = True, **init_kwargs: Any
 ) -> RaySession:
-    """Start local Ray, or connect to ``RAY_ADDRESS``; a second call just reports the session."""
+    """Start local Ray, or connect to ``RAY_ADDRESS``; a second call just reports the session.
+
+    The driver joins the learner's Ray namespace (``course-<learner>``): the course's actors,
+    Ray Data's actor pools included, live there, so lesson 06 on a shared cluster finds this
+    learner's actors and never another learner's.
+    """
     import ray
 
-    from course_utils.config import profile_name
+    from course_utils.config import learner_namespace, profile_name
 
     connected = bool(os.environ.get("RAY_ADDRESS"))
     if not ray.is_initialized():
+        init_kwargs.setdefault("namespace", learner_namespace())
         env = dict(COURSE_ENV, **(SMOKE_ENV if profile_name(profile) == "smoke" else {}))
         for key, value in env.items():
             os.environ.setdefault(key, value)  # local workers inherit the driver's environment
