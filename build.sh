@@ -29,6 +29,7 @@ setup_hash() {
 
 setup() {
   if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$(setup_hash)" ] && [ -x "$PY" ]; then
+    lab_settings
     echo "setup: up to date ($VENV)"; return 0
   fi
   local base
@@ -42,14 +43,46 @@ setup() {
   "$PY" -m pip install --quiet --no-deps -e "$ROOT" || die "pip could not install course_utils (pip install -e .)."
   "$PY" -m ipykernel install --sys-prefix --name "$KERNEL" --display-name "Python (Ray Train course)" >/dev/null \
     || die "could not register the Jupyter kernel $KERNEL."
+  lab_settings
   setup_hash > "$STAMP"
   echo "setup: done (kernel '$KERNEL' registered)"
 }
 
+lab_settings() {
+  # JupyterLab defaults for a workshop on a machine that may be offline: no "get Jupyter news?"
+  # prompt, no news feed, no update check (each would ask a website). overrides.json in the venv's
+  # app settings folder sets the defaults; a learner can still change them in Settings.
+  local dir="$VENV/share/jupyter/lab/settings"
+  mkdir -p "$dir"
+  cat > "$dir/overrides.json" <<'JSON'
+{
+  "@jupyterlab/apputils-extension:notification": {
+    "fetchNews": "false",
+    "checkForUpdates": false
+  }
+}
+JSON
+}
+
 lab() {
   setup
-  exec "$VENV/bin/jupyter" lab --notebook-dir="$ROOT/notebooks" --ServerApp.ip=127.0.0.1 \
-    --MappingKernelManager.default_kernel_name="$KERNEL" "$@"
+  local extra=() arg dir="$ROOT/notebooks"
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "lab: running as root (a container or a cloud VM?), so JupyterLab gets --allow-root"
+    extra+=(--allow-root)
+  fi
+  # notebooks/ unless the caller names another folder (the browser test runs copies elsewhere).
+  for arg in "$@"; do
+    case "$arg" in --notebook-dir*|--ServerApp.root_dir*) dir="" ;; esac
+  done
+  [ -z "$dir" ] || extra+=(--notebook-dir="$dir")
+  # The server never fetches news, checks for updates or searches PyPI for extensions (a workshop
+  # machine may be offline); the course kernel is the default, and every lesson names it.
+  exec "$VENV/bin/jupyter" lab --ServerApp.ip=127.0.0.1 \
+    --MappingKernelManager.default_kernel_name="$KERNEL" \
+    --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+    --LabApp.extension_manager=readonly \
+    "${extra[@]}" "$@"
 }
 
 course() {
