@@ -92,11 +92,14 @@ course() {
 
 test_all() {
   setup
-  # Unit + integration (each integration module starts and stops its own local Ray), then every
-  # notebook in the smoke profile through nbmake; a failing cell fails the run.
+  # Unit + integration (each integration module starts and stops its own local Ray), the
+  # workshop path (a `ray start` cluster + S3 storage, every lesson), then every lesson in the
+  # smoke profile through nbmake's runner, as shipped and then with its exercises answered in the
+  # same kernel (conftest.py). A failing cell fails the run; the end lists each learner path.
+  # --timeout is per test item: a lesson with its answered exercises gets 1,500 s.
   cd "$ROOT"
-  COURSE_PROFILE="${COURSE_TEST_PROFILE:-smoke}" "$PY" -m pytest tests notebooks --nbmake \
-    --nbmake-timeout=600 --timeout=1200 --durations=12 -p no:cacheprovider "$@"
+  COURSE_PROFILE="${COURSE_TEST_PROFILE:-smoke}" "$PY" -m pytest tests notebooks \
+    --nbmake-timeout=600 --timeout=1500 --durations=20 -p no:cacheprovider "$@"
 }
 
 clean() {

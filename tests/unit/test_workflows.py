@@ -71,5 +71,6 @@ def test_gpu_job_runs_every_notebook_in_the_full_profile_on_a_gpu_runner():
     assert {"self-hosted", "gpu"} <= set(job["runs-on"])
     assert job["env"]["COURSE_PROFILE"] == "full" and job["env"]["COURSE_TEST_PROFILE"] == "full"
     build = (REPO_ROOT / "build.sh").read_text()
-    # ./build.sh test is what runs the notebooks (nbmake) with a per-notebook and per-cell timeout.
-    assert "notebooks --nbmake" in build and "--timeout=" in build and "--nbmake-timeout=" in build
+    # ./build.sh test is what runs the notebooks (nbmake's runner, conftest.py) with a per-notebook
+    # and per-cell timeout.
+    assert "pytest tests notebooks" in build and "--timeout=" in build and "--nbmake-timeout=" in build
