@@ -348,8 +348,8 @@ def alive_course_actors(
     class_names: tuple[str, ...] = ("ModelWorker", "BatchPredictor"),
 ) -> list[dict[str, Any]]:
     """This learner's course actors still alive: Ray's state API (by class, in the learner's
-    namespace or this driver's job) when the dashboard runs, plus the named-actor registry
-    (which needs no dashboard)."""
+    namespace) when the dashboard runs, plus the named-actor registry (which needs no dashboard).
+    Other learners' actors on a shared cluster are not listed."""
     import ray
 
     alive: list[dict[str, Any]] = []
@@ -358,11 +358,13 @@ def alive_course_actors(
 
         from course_utils.session import _state_address
 
-        namespace, job = learner_namespace(), ray.get_runtime_context().get_job_id()
+        context = ray.get_runtime_context()
+        namespace, own_namespace, job = learner_namespace(), context.namespace, context.get_job_id()
         for a in list_actors(address=_state_address(), filters=[("state", "=", "ALIVE")], limit=1000):
-            if any(c in (a.class_name or "") for c in class_names) and (
-                a.ray_namespace == namespace or a.job_id == job
-            ):
+            # The learner's namespace; plus this driver's own actors in its own namespace (a
+            # driver started without start_ray has an anonymous one).
+            ours = a.ray_namespace == namespace or (a.ray_namespace == own_namespace and a.job_id == job)
+            if ours and any(c in (a.class_name or "") for c in class_names):
                 alive.append({"class_name": a.class_name, "name": a.name, "namespace": a.ray_namespace})
     except Exception:  # no dashboard: the state API is unavailable
         pass
