@@ -237,6 +237,6 @@ def test_parquet_paths_under_s3_storage_use_the_course_filesystem(monkeypatch):
 
     monkeypatch.setenv("COURSE_STORAGE", "s3://bucket/prefix")
     monkeypatch.setenv("COURSE_S3_ENDPOINT", "http://127.0.0.1:9")
-    fs, inner = raydata._fs_path(raydata.default_parquet_path("train", 10))
+    fs, inner = raydata.location(raydata.default_parquet_path("train", 10))
     assert isinstance(fs, pafs.S3FileSystem)
     assert inner == f"bucket/prefix/{config.learner_folder()}/datasets/mnist-train-10.parquet"
