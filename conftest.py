@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from nbmake.pytest_items import NotebookFailedException, NotebookItem
 
+from tests.notebook_runs import ANSWERED, LAPTOP
+
 LESSON = re.compile(r"^\d\d_.*\.ipynb$")
-LAPTOP = "laptop: local Ray, local storage, lessons as shipped"
-ANSWERED = "exercises answered (solutions pasted, same kernel)"
 
 
 def pytest_collect_file(file_path: Path, parent):
@@ -97,17 +97,32 @@ def pytest_terminal_summary(terminalreporter) -> None:
     terminalreporter.section("paths a learner takes")
     for path, nodeids in _paths.items():
         ran = [n for n in nodeids if n in _outcomes]
-        counts = defaultdict(int)
+        counts: dict[str, int] = defaultdict(int)
         for n in ran:
             counts[_outcomes[n][0]] += 1
         seconds = sum(_outcomes[n][1] for n in ran)
         state = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "not run"
-        names = ", ".join(sorted({_short(n) for n in ran})[:8])
-        more = "" if len(set(map(_short, ran))) <= 8 else ", ..."
-        terminalreporter.write_line(f"{path}: {state} in {seconds:.0f} s ({len(ran)} items: {names}{more})")
+        terminalreporter.write_line(f"{path}: {state}, {seconds:.0f} s")
+        groups: dict[str, list[str]] = defaultdict(list)
+        for n in ran:
+            groups[_short(n)].append(n)
+        parts = []
+        for name, members in sorted(groups.items(), key=lambda g: -sum(_outcomes[n][1] for n in g[1])):
+            took = sum(_outcomes[n][1] for n in members)
+            bad = [_outcomes[n][0] for n in members if _outcomes[n][0] != "passed"]
+            times = f" x{len(members)}" if len(members) > 1 else ""
+            parts.append(f"{name}{times} {took:.0f} s" + (f" ({', '.join(sorted(set(bad)))})" if bad else ""))
+        if parts:
+            terminalreporter.write_line("    " + "; ".join(parts))
     terminalreporter.write_line(f"whole run: {time.monotonic() - _started:.0f} s")
 
 
 def _short(nodeid: str) -> str:
+    """'04_fault_tolerance' for a lesson item; the test function (parameters folded) otherwise,
+    with the lesson for a parametrised lesson test: 'test_lesson_on_..[04_fault_tolerance]'."""
     name = nodeid.split("::")[-1]
-    return Path(name).stem[:40] if name.endswith(".ipynb") else name[:40]
+    if name.endswith(".ipynb"):
+        return Path(name).stem
+    test, _, param = name.partition("[")
+    param = param.rstrip("]")
+    return f"{test}[{param}]" if param[:2].isdigit() and "_" in param else test

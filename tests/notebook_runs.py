@@ -15,6 +15,16 @@ from nbmake.nb_run import NotebookRun
 from course_utils import solutions
 from course_utils.config import REPO_ROOT, build_root
 
+# The paths a learner takes (README "Paths a learner takes"); tests mark themselves with
+# @pytest.mark.path(NAME) and the end of the test output sums each path up (conftest.py).
+LAPTOP = "laptop: local Ray, local storage, lessons as shipped"
+ANSWERED = "exercises answered (solutions pasted, same kernel)"
+CLUSTER = "cluster someone else started: `ray start --head` + RAY_ADDRESS"
+S3 = "S3-compatible storage: COURSE_STORAGE=s3://bucket/prefix (moto server on loopback)"
+SHARED = "shared storage and cluster: only the learner's own things are removed"
+GPU = "GPU runners: each lesson's plan for 0, 1 and 4 GPUs, gpu.yml's probe"
+BROWSER = "JupyterLab in a browser (Chromium driven by Playwright)"
+
 LESSONS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 

@@ -3,7 +3,9 @@
 import pytest
 
 from course_utils import solutions
-from tests.notebook_runs import LESSONS
+from tests.notebook_runs import ANSWERED, LESSONS
+
+pytestmark = pytest.mark.path(ANSWERED)
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem[:2] for p in LESSONS])

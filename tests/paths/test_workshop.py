@@ -1,0 +1,140 @@
+"""The workshop path: every lesson against a Ray cluster someone else started, with shared S3 storage.
+
+A workshop host runs ``ray start --head`` and points every learner at it (``RAY_ADDRESS``) and at
+one bucket prefix (``COURSE_STORAGE=s3://...``, ``COURSE_S3_ENDPOINT``). One course run covers the
+"existing cluster" and the "S3 storage" paths together, as a team with a cluster has shared
+storage. What belongs to other people is planted before lesson 01 and must survive lesson 06:
+an object of the organiser's under the same prefix, and a teammate (another learner, another
+driver process on the same cluster, ``COURSE_LEARNER=teammate``) with a run in storage and a
+course actor alive in their namespace.
+
+The cluster is a real ``ray start --head`` (with its dashboard, as a plain ``ray start`` has) on
+a loopback address of its own; S3 is moto's server on loopback; MNIST lives in a folder of the
+workshop's own (``COURSE_DATA``), which lesson 06 may empty.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pyarrow.fs as pafs
+import pytest
+
+from course_utils.cluster import LocalCluster, NodeSpec
+from tests.notebook_runs import CLUSTER, LESSONS, S3, SHARED, error_text, run_lesson
+
+pytestmark = [pytest.mark.integration, pytest.mark.notebooks, pytest.mark.path(CLUSTER), pytest.mark.path(S3)]
+
+ORGANISER_NOTE = "NOTES-from-the-organiser.txt"
+TEAMMATE = "teammate"
+TEAMMATE_ACTOR = "course-model-worker-of-a-teammate"
+
+# A teammate's session: joins the cluster as learner "teammate", writes a run into their own
+# storage folder, starts a course actor in their namespace, and stays connected (as a kernel
+# does) until the test ends; "check" on stdin answers whether the actor still lives.
+TEAMMATE_SESSION = textwrap.dedent(
+    f"""
+    import sys
+    import ray
+    from course_utils import session, storage
+
+    session.start_ray(verbose=False)
+    fs, root = storage.filesystem_and_root()
+    fs.create_dir(f"{{root}}/lesson02-resnet18")
+    with fs.open_output_stream(f"{{root}}/lesson02-resnet18/result.json") as f:
+        f.write(b'{{"teammate": "my run"}}')
+
+    @ray.remote(num_cpus=0)
+    class ModelWorker:
+        def ping(self):
+            return "alive"
+
+    actor = ModelWorker.options(name="{TEAMMATE_ACTOR}").remote()  # in this learner's namespace
+    print("READY", root, ray.get(actor.ping.remote()), flush=True)
+    for line in sys.stdin:
+        try:
+            print(ray.get(actor.ping.remote(), timeout=30), flush=True)
+        except Exception as error:
+            print(f"DEAD {{type(error).__name__}}", flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def workshop(s3_server, tmp_path_factory):
+    """The cluster, the bucket prefix and the environment a workshop learner's kernel gets."""
+    bucket = f"workshop-{uuid.uuid4().hex[:8]}"
+    fs = pafs.S3FileSystem(
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+        scheme="http",
+        endpoint_override=s3_server.split("://", 1)[1],
+        allow_bucket_creation=True,
+    )
+    fs.create_dir(bucket)
+    with fs.open_output_stream(f"{bucket}/course/{ORGANISER_NOTE}") as f:
+        f.write(b"Welcome! This file is the organiser's, not the course's.\n")
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "COURSE_S3_ENDPOINT": s3_server,
+        "COURSE_STORAGE": f"s3://{bucket}/course",
+        "COURSE_DATA": str(tmp_path_factory.mktemp("workshop-data")),
+    }
+    cluster = LocalCluster(head=NodeSpec(num_cpus=4), nodes=[], dashboard=True).start()
+    patch = pytest.MonkeyPatch()
+    for key, value in {**env, "RAY_ADDRESS": cluster.address}.items():
+        patch.setenv(key, value)
+    teammate = subprocess.Popen(
+        [sys.executable, "-c", TEAMMATE_SESSION],
+        env={**os.environ, "COURSE_LEARNER": TEAMMATE},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        ready = teammate.stdout.readline().split()
+        assert ready[:1] == ["READY"] and ready[-1] == "alive", (
+            f"the teammate's session did not start: {ready}"
+        )
+        yield {
+            "fs": fs,
+            "bucket": bucket,
+            "cluster": cluster,
+            "teammate": teammate,
+            "teammate_root": ready[1],
+        }
+    finally:
+        os.killpg(teammate.pid, signal.SIGKILL)
+        teammate.wait(timeout=30)
+        patch.undo()
+        cluster.stop()
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
+def test_lesson_on_a_ray_start_cluster_with_s3_storage(workshop, lesson):
+    result = run_lesson(lesson, "workshop", answered=False, timeout_s=900)
+    assert result.error is None, f"{lesson.name} on {workshop['cluster'].address}: {error_text(result)}"
+
+
+@pytest.mark.path(SHARED)
+def test_lesson_06_left_what_is_not_the_course_s(workshop):
+    fs, bucket = workshop["fs"], workshop["bucket"]
+    note = fs.get_file_info(f"{bucket}/course/{ORGANISER_NOTE}")
+    run = fs.get_file_info(f"{workshop['teammate_root']}/lesson02-resnet18/result.json")
+    teammate = workshop["teammate"]
+    teammate.stdin.write("check\n")
+    teammate.stdin.flush()
+    actor = teammate.stdout.readline().strip()
+    assert note.type == pafs.FileType.File, "lesson 06 deleted the organiser's file under the shared prefix"
+    assert run.type == pafs.FileType.File, "lesson 06 deleted a teammate's run"
+    assert actor == "alive", f"lesson 06 killed a teammate's actor ({actor})"
