@@ -44,7 +44,7 @@ TEAMMATE_SESSION = textwrap.dedent(
     from course_utils import session, storage
 
     session.start_ray(verbose=False)
-    fs, root = storage.filesystem_and_root()
+    fs, root = storage.learner_filesystem_and_root()  # <prefix>/course-teammate, with its owner record
     fs.create_dir(f"{{root}}/lesson02-resnet18")
     with fs.open_output_stream(f"{{root}}/lesson02-resnet18/result.json") as f:
         f.write(b'{{"teammate": "my run"}}')
