@@ -1,0 +1,336 @@
+"""The workshop path: every lesson run from JupyterLab's UI in a real browser.
+
+``./build.sh lab`` is started headless (127.0.0.1, a token, a free port) on copies of the lessons
+in ``build/browser/notebooks`` (the committed notebooks stay without outputs). Debian's Chromium,
+driven by Playwright (its own browser download does not work offline), opens each lesson in
+order, runs all cells from the Run menu, waits until every code cell has run, saves with Ctrl+S
+and checks, from the saved file and from the page:
+
+- every code cell ran (an execution count), no output is an error, no cell waited on input;
+- the course kernel ran it (the saved kernelspec, the server's session, the name in the toolbar);
+- plots rendered (``image/png`` outputs, decoded ``<img>`` elements in the page);
+- tqdm's progress bars rendered as widgets (``application/vnd.jupyter.widget-view+json``
+  outputs, a progress element in the page), never "IProgress not found";
+- no request left the machine (every request and websocket the browser made went to 127.0.0.1).
+
+Screenshots (the page after each lesson, its first plot and progress bar) and ``report.json``
+(seconds, cells, plots, widgets, requests per lesson) go to ``build/browser/``: the CI artefact.
+Chromium is ``/usr/bin/chromium`` (``COURSE_CHROMIUM`` overrides it); missing, the test fails
+and says how to install it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from course_utils.config import REPO_ROOT
+
+BROWSER_PATH = (
+    "JupyterLab in a browser: ./build.sh lab headless + Chromium (Playwright), every lesson from the UI"
+)
+pytestmark = [pytest.mark.browser, pytest.mark.path(BROWSER_PATH)]
+
+LESSONS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+KERNEL = "ray-train-course"
+KERNEL_DISPLAY = "Python (Ray Train course)"
+CHROMIUM = os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+OUT = REPO_ROOT / "build" / "browser"
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+# Lessons whose tqdm bars stay on screen (others close theirs: leave=False).
+TQDM_LESSONS = {"01_single_gpu_baseline"}
+RUN_TIMEOUT_S = 1200  # a lesson's run-all (lesson 04 takes 4-5 min on 2 cores)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    """A ``./build.sh lab`` server started for the test, and its REST API."""
+
+    def __init__(self, base: str, token: str, root: Path, process: subprocess.Popen, log: Path):
+        self.base, self.token, self.root, self.process, self.log = base, token, root, process, log
+
+    def api(self, path: str, method: str = "GET"):
+        request = urllib.request.Request(
+            f"{self.base}{path}", method=method, headers={"Authorization": f"token {self.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"Chromium not found at {CHROMIUM}: install it with `apt-get install -y chromium` "
+            "(Debian/Ubuntu), or set COURSE_CHROMIUM to a Chromium/Chrome binary",
+            pytrace=False,
+        )
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """``./build.sh lab`` headless on a free loopback port, on copies of the lessons."""
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    root = OUT / "notebooks"
+    root.mkdir(parents=True)
+    for lesson in LESSONS:
+        shutil.copy2(lesson, root / lesson.name)
+    jupyter_state = OUT / "jupyter"  # user settings and workspaces of this run only
+    token = uuid.uuid4().hex
+    port = _free_port()
+    log = OUT / "jupyterlab.log"
+    env = {**os.environ, "COURSE_PROFILE": os.environ.get("COURSE_TEST_PROFILE", "smoke")}
+    with log.open("w") as log_file:
+        process = subprocess.Popen(
+            [
+                str(REPO_ROOT / "build.sh"),
+                "lab",
+                "--no-browser",
+                f"--port={port}",
+                "--ServerApp.port_retries=0",
+                f"--IdentityProvider.token={token}",
+                f"--notebook-dir={root}",
+                f"--LabApp.user_settings_dir={jupyter_state / 'settings'}",
+                f"--LabApp.workspaces_dir={jupyter_state / 'workspaces'}",
+            ],
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    server = Lab(f"http://127.0.0.1:{port}", token, root, process, log)
+    deadline = time.monotonic() + 600  # ./build.sh setup may install requirements first
+    while True:
+        try:
+            server.api("/api/status")
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                _stop(process)
+                pytest.fail(f"./build.sh lab did not start on {server.base}:\n{server.log_tail()}")
+            time.sleep(0.5)
+    yield server
+    for session in server.api("/api/sessions") or []:
+        server.api(f"/api/sessions/{session['id']}", method="DELETE")
+    _stop(process)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)  # Jupyter shuts its kernels down on SIGTERM
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser(chromium):
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: ./build.sh setup (it is pinned in requirements.txt)")
+    playwright = sync_playwright().start()
+    browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+    yield browser
+    browser.close()
+    playwright.stop()
+
+
+@pytest.fixture(scope="module")
+def report():
+    lessons: dict[str, dict] = {}
+    yield lessons
+    (OUT / "report.json").write_text(json.dumps(lessons, indent=1) + "\n")
+
+
+# Runs in the page: what the open notebook shows now.
+PAGE_STATE_JS = """() => {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  if (!panel) return null;
+  const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(e => e.textContent.trim());
+  const indicator = panel.querySelector('.jp-Notebook-ExecutionIndicator');
+  const kernel = panel.querySelector('.jp-Toolbar-kernelName');
+  const imgs = [...panel.querySelectorAll('.jp-OutputArea-output img')];
+  return {
+    prompts,
+    status: indicator ? indicator.getAttribute('data-status') : null,
+    kernel: kernel ? kernel.textContent.trim() : null,
+    stdin: panel.querySelectorAll('.jp-Stdin').length,
+    images: imgs.length,
+    imagesDecoded: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
+    progress: panel.querySelectorAll('.jp-OutputArea-output .widget-progress').length,
+    widgetErrors: [...panel.querySelectorAll('.jp-OutputArea-output')]
+      .map(e => e.textContent)
+      .filter(t => t.includes('Error displaying widget') || t.includes('Loading widget')).length,
+  };
+}"""
+
+
+def _code_cells(nb: dict) -> list[dict]:
+    return [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
+
+
+def _outputs(nb: dict) -> list[dict]:
+    return [output for cell in _code_cells(nb) for output in cell.get("outputs", [])]
+
+
+def _output_text(output: dict) -> str:
+    text = output.get("text", "")
+    return "".join(text) if isinstance(text, list) else str(text)
+
+
+def _wait_for_run(page, started: float) -> dict:
+    """Poll the page until every code cell has a number and the kernel is idle (or it stopped)."""
+    settled_since = None
+    while True:
+        state = page.evaluate(PAGE_STATE_JS)
+        if state is None:
+            raise AssertionError("the notebook panel disappeared from the page")
+        if state["stdin"]:
+            raise AssertionError("a cell waits on input (an input() box in the page)")
+        running = any("*" in p for p in state["prompts"])
+        if not running and state["status"] == "idle":
+            if all(any(ch.isdigit() for ch in p) for p in state["prompts"]):
+                return state
+            # Cells left unrun after an error (JupyterLab stops run-all there): give it a moment.
+            settled_since = settled_since or time.monotonic()
+            if time.monotonic() - settled_since > 15:
+                return state
+        else:
+            settled_since = None
+        if time.monotonic() - started > RUN_TIMEOUT_S:
+            raise AssertionError(f"run-all did not finish in {RUN_TIMEOUT_S} s: prompts {state['prompts']}")
+        page.wait_for_timeout(2000)
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
+def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report):
+    name = lesson.name
+    saved = lab.root / name
+    requests: list[str] = []
+    console_errors: list[str] = []
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    context.on("request", lambda r: requests.append(r.url))
+    page = context.new_page()
+    page.on("websocket", lambda ws: requests.append(ws.url))
+    page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: console_errors.append(str(e)))
+    page.set_default_timeout(120_000)
+    started = time.monotonic()
+    try:
+        page.goto(f"{lab.base}/lab/tree/{name}?reset&token={lab.token}")
+        page.wait_for_selector(".jp-NotebookPanel .jp-Toolbar-kernelName")
+        page.wait_for_function(
+            "() => document.querySelector('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator')"
+            "?.getAttribute('data-status') === 'idle'"
+        )
+        page.locator(".jp-NotebookPanel .jp-Notebook").first.click()
+        page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+        page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
+        state = _wait_for_run(page, started)
+        ran_s = time.monotonic() - started
+        mtime = saved.stat().st_mtime
+        page.locator(".jp-NotebookPanel .jp-Notebook").first.click()
+        page.keyboard.press("Control+s")
+        deadline = time.monotonic() + 60
+        while saved.stat().st_mtime == mtime or page.locator(".lm-TabBar-tab.jp-mod-dirty").count():
+            assert time.monotonic() < deadline, "Ctrl+S did not save the notebook within 60 s"
+            page.wait_for_timeout(500)
+        state = page.evaluate(PAGE_STATE_JS)
+        sessions = [s for s in lab.api("/api/sessions") if s["path"].endswith(name)]
+        page.screenshot(path=str(OUT / f"{lesson.stem}.png"))
+        first_plot = page.locator(".jp-OutputArea-output img").first
+        if first_plot.count():
+            first_plot.screenshot(path=str(OUT / f"{lesson.stem}-plot.png"))
+        first_bar = page.locator(".jp-OutputArea-output:has(.widget-progress)").first
+        if first_bar.count():
+            first_bar.screenshot(path=str(OUT / f"{lesson.stem}-progress.png"))
+    except Exception:
+        page.screenshot(path=str(OUT / f"{lesson.stem}-failed.png"))
+        raise
+    finally:
+        # Each lesson's kernel (and the Ray it started) ends before the next lesson opens.
+        for session in lab.api("/api/sessions") or []:
+            lab.api(f"/api/sessions/{session['id']}", method="DELETE")
+        context.close()
+
+    nb = json.loads(saved.read_text())
+    cells = _code_cells(nb)
+    outputs = _outputs(nb)
+    unrun = [
+        i
+        for i, cell in enumerate(nb["cells"])
+        if cell["cell_type"] == "code" and cell["execution_count"] is None
+    ]
+    errors = [f"{o['ename']}: {o['evalue']}" for o in outputs if o["output_type"] == "error"]
+    pngs = sum("image/png" in o.get("data", {}) for o in outputs)
+    widgets = sum("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
+    nonlocal_requests = sorted(
+        {
+            u
+            for u in requests
+            if urlparse(u).scheme not in {"data", "blob", "about"} and urlparse(u).hostname not in LOCAL_HOSTS
+        }
+    )
+    report[lesson.stem] = {
+        "seconds_to_run_all": round(ran_s, 1),
+        "code_cells": len(cells),
+        "png_outputs": pngs,
+        "widget_outputs": widgets,
+        "page": state,
+        "requests": len(requests),
+        "nonlocal_requests": nonlocal_requests,
+        "kernels": [s["kernel"]["name"] for s in sessions],
+        "console_errors": console_errors[:20],
+    }
+    print(
+        f"{lesson.stem}: run all cells in JupyterLab {ran_s:.0f} s, {len(cells)} code cells, {pngs} plots, {widgets} widgets"
+    )
+
+    assert not unrun, f"{name}: code cells without an execution count (index in the notebook): {unrun}"
+    assert not errors, f"{name}: error outputs: {errors}"
+    assert nb["metadata"]["kernelspec"]["name"] == KERNEL, nb["metadata"]["kernelspec"]
+    assert [s["kernel"]["name"] for s in sessions] == [KERNEL], sessions
+    assert state["kernel"] == KERNEL_DISPLAY, f"the page shows kernel {state['kernel']!r}"
+    assert not [o for o in outputs if "IProgress not found" in _output_text(o)], "tqdm fell back to text"
+    assert pngs >= 1, f"{name}: no plot in the saved notebook"
+    assert state["imagesDecoded"] >= pngs, (
+        f"{name}: {pngs} plots saved, {state['imagesDecoded']} rendered images"
+    )
+    assert not state["widgetErrors"], f"{name}: a widget did not render: {state}"
+    if lesson.stem in TQDM_LESSONS:
+        assert widgets >= 1 and state["progress"] >= 1, f"{name}: no tqdm progress bar rendered: {state}"
+    assert not nonlocal_requests, f"{name}: requests left the machine: {nonlocal_requests}"
