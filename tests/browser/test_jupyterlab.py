@@ -86,6 +86,13 @@ class Lab:
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
+    """The browser binary, checked before JupyterLab starts."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.fail(
+            "playwright is not installed: ./build.sh setup (it is pinned in requirements.txt)", pytrace=False
+        )
     if not Path(CHROMIUM).exists():
         pytest.fail(
             f"Chromium not found at {CHROMIUM}: install it with `apt-get install -y chromium` "
@@ -96,7 +103,7 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def lab():
+def lab(chromium):
     """``./build.sh lab`` headless on a free loopback port, on copies of the lessons."""
     if OUT.exists():
         shutil.rmtree(OUT)
@@ -158,10 +165,8 @@ def _stop(process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def browser(chromium):
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is not installed: ./build.sh setup (it is pinned in requirements.txt)")
+    from playwright.sync_api import sync_playwright
+
     playwright = sync_playwright().start()
     browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
     yield browser
