@@ -282,7 +282,8 @@ class ExtraNode:
     def __init__(self, num_cpus: int = 1, resources: dict[str, float] | None = None, num_gpus: int = 0):
         self.num_cpus, self.num_gpus, self.resources = num_cpus, num_gpus, dict(resources or {})
         self.process = None
-        self.log: Path | None = None  # the node's `ray start` output, deleted when it joined and stopped
+        self.temp_dir: Path | None = None  # the node's own --temp-dir; deleted by stop() once it joined
+        self.log: Path | None = None  # the node's `ray start` output (in temp_dir)
         self.node_id: str | None = None
         self.error: BaseException | None = None
         self.stopped_at: float | None = None
@@ -299,8 +300,12 @@ class ExtraNode:
 
         before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         ray_cli = Path(sys.executable).with_name("ray")
-        fd, log = tempfile.mkstemp(prefix="course-extra-node-", suffix=".log")
-        self.log = Path(log)
+        # A temp dir of its own (short: Ray's unix sockets live under it). Sharing the head's would
+        # make this node's log monitor replay every earlier worker's output into the notebook, and
+        # `ray start` would record this cluster as the machine's default one for any later ray.init().
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="rx-", dir="/tmp"))
+        self.log = self.temp_dir / "ray-start.log"
+        fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.process = subprocess.Popen(
             [
                 str(ray_cli),
@@ -309,6 +314,7 @@ class ExtraNode:
                 f"--num-cpus={self.num_cpus}",
                 f"--num-gpus={self.num_gpus}",
                 f"--resources={json.dumps(self.resources)}",
+                f"--temp-dir={self.temp_dir}",
                 "--block",
                 "--disable-usage-stats",
                 # Fixed default ports (e.g. the dashboard agent's 52365) are taken by the head
@@ -384,8 +390,10 @@ class ExtraNode:
             self.process.wait(timeout=30)
             self.stopped_at = time.time()
             print("[driver] extra node killed: its processes, and the worker on it, are gone", flush=True)
-        if self.node_id and self.log is not None:
-            self.log.unlink(missing_ok=True)  # it joined: nothing in its start-up output to read
+        if self.node_id and self.temp_dir is not None:  # it joined: nothing in its start-up output to read
+            import shutil
+
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
 def _is_this_machine(host: str) -> bool:

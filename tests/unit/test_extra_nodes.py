@@ -3,6 +3,7 @@ this machine, else a one-line reason (never a traceback); and the SIGKILL demo n
 process that is not a Ray Train worker on this machine. Ray itself is patched: no cluster here."""
 
 import os
+import shutil
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -100,8 +101,9 @@ def test_extra_nodes_advertise_no_gpus_and_start_with_the_requested_resources(cl
     with pytest.raises(RuntimeError, match="could not connect to GCS") as err:
         node.start(timeout_s=5)
     assert "--num-gpus=0" in commands[0] and '--resources={"slot": 1}' in commands[0]
-    assert node.log is not None and str(node.log) in str(err.value)
-    node.log.unlink()
+    assert f"--temp-dir={node.temp_dir}" in commands[0], "a temp dir of its own, not the head's"
+    assert node.log.parent == node.temp_dir and str(node.log) in str(err.value), "the error names its output"
+    shutil.rmtree(node.temp_dir)
 
 
 def test_external_killer_never_kills_a_process_that_is_not_a_local_train_worker(tmp_path, monkeypatch):
