@@ -56,7 +56,7 @@ CHROMIUM_ARGS = [
 OUT = REPO_ROOT / "build" / "browser"
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 # Lessons whose tqdm bars stay on screen (others close theirs: leave=False).
-TQDM_LESSONS = {"01_single_gpu_baseline"}
+TQDM_LESSONS = {"01_single_gpu_baseline", "03_ray_data_integration"}
 RUN_TIMEOUT_S = 1200  # a lesson's run-all (lesson 04 takes 4-5 min on 2 cores)
 
 
@@ -196,7 +196,7 @@ PAGE_STATE_JS = """() => {
     stdin: panel.querySelectorAll('.jp-Stdin').length,
     images: imgs.length,
     imagesDecoded: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
-    progress: panel.querySelectorAll('.jp-OutputArea-output .widget-progress').length,
+    progress: panel.querySelectorAll('.jp-OutputArea-output .widget-hprogress').length,
     widgetErrors: [...panel.querySelectorAll('.jp-OutputArea-output')]
       .map(e => e.textContent)
       .filter(t => t.includes('Error displaying widget') || t.includes('Loading widget')).length,
@@ -241,6 +241,20 @@ def _wait_for_run(page, started: float) -> dict:
         page.wait_for_timeout(2000)
 
 
+def _element_screenshot(page, element, path: Path) -> None:
+    """Screenshot one output. Cells off screen render late (content-visibility), shifting the
+    layout while scrolling: scroll until the element stays put, then shoot."""
+    if not element.count():
+        return
+    for _ in range(5):
+        element.scroll_into_view_if_needed()
+        before = element.bounding_box()
+        page.wait_for_timeout(500)
+        if element.bounding_box() == before:
+            break
+    element.screenshot(path=str(path))
+
+
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
 def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report):
     name = lesson.name
@@ -277,12 +291,11 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report):
         state = page.evaluate(PAGE_STATE_JS)
         sessions = [s for s in lab.api("/api/sessions") if s["path"].endswith(name)]
         page.screenshot(path=str(OUT / f"{lesson.stem}.png"))
-        first_plot = page.locator(".jp-OutputArea-output img").first
-        if first_plot.count():
-            first_plot.screenshot(path=str(OUT / f"{lesson.stem}-plot.png"))
-        first_bar = page.locator(".jp-OutputArea-output:has(.widget-progress)").first
-        if first_bar.count():
-            first_bar.screenshot(path=str(OUT / f"{lesson.stem}-progress.png"))
+        for kind, selector in (
+            ("plot", ".jp-OutputArea-output img"),
+            ("progress", ".jp-OutputArea-output:has(.widget-hprogress)"),
+        ):
+            _element_screenshot(page, page.locator(selector).first, OUT / f"{lesson.stem}-{kind}.png")
     except Exception:
         page.screenshot(path=str(OUT / f"{lesson.stem}-failed.png"))
         raise
