@@ -26,7 +26,8 @@ def test_checkpoints_in_s3_survive_a_killed_run_and_resume(ray_session, s3_stora
         training.make_trainer(name, TINY, max_failures=0, fault=fault).fit()
 
     path, fs = course_storage.ray_storage()
-    assert isinstance(fs, pafs.S3FileSystem) and path == s3_storage.removeprefix("s3://")
+    assert isinstance(fs, pafs.S3FileSystem)
+    assert path == f"{s3_storage.removeprefix('s3://')}/{config.learner_folder()}"  # the learner's folder
     saved = course_storage.check_run(name)  # reads the snapshot and loads each checkpoint from S3
     in_bucket = fs.get_file_info(pafs.FileSelector(f"{path}/{name}/{saved['latest']}"))
     assert faults.fired(fault)
