@@ -47,6 +47,7 @@ def test_train_on_two_nodes_through_ray_address(tmp_path, mnist_root):
             "COURSE_STORAGE": str(storage),
             "COURSE_DATA": str(mnist_root),
             "COURSE_PROFILE": "smoke",
+            "COURSE_LEARNER": "tester",
         }
         run = subprocess.run(
             [sys.executable, "-c", DRIVER, str(node_log)],
@@ -70,4 +71,4 @@ def test_train_on_two_nodes_through_ray_address(tmp_path, mnist_root):
     assert any("node2" in out["nodes"][r["node_id"]] for r in ranks.values()), "one worker on the second node"
     assert out["history"]["epoch"] == [0, 1] and set(out["history"]["world_size"]) == {2}
     assert out["history"]["train_loss"][1] < out["history"]["train_loss"][0]
-    assert out["checkpoint"].startswith(str(storage / "two-nodes" / "checkpoint_"))
+    assert out["checkpoint"].startswith(str(storage / "course-tester" / "two-nodes" / "checkpoint_"))
