@@ -113,7 +113,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
             times = f" x{len(members)}" if len(members) > 1 else ""
             parts.append(f"{name}{times} {took:.0f} s" + (f" ({', '.join(sorted(set(bad)))})" if bad else ""))
         if parts:
-            terminalreporter.write_line("    " + "; ".join(parts))
+            more = f"; and {len(parts) - 6} more" if len(parts) > 6 else ""
+            terminalreporter.write_line("    " + "; ".join(parts[:6]) + more)
     terminalreporter.write_line(f"whole run: {time.monotonic() - _started:.0f} s")
 
 

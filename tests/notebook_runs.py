@@ -22,8 +22,8 @@ ANSWERED = "exercises answered (solutions pasted, same kernel)"
 CLUSTER = "cluster someone else started: `ray start --head` + RAY_ADDRESS"
 S3 = "S3-compatible storage: COURSE_STORAGE=s3://bucket/prefix (moto server on loopback)"
 SHARED = "shared storage and cluster: only the learner's own things are removed"
-GPU = "GPU runners: each lesson's plan for 0, 1 and 4 GPUs, gpu.yml's probe"
-BROWSER = "JupyterLab in a browser (Chromium driven by Playwright)"
+GPU = "GPU runner, 1 or N GPUs: the lesson plans for 0, 1 and 4 GPUs, gpu.yml's probe"
+BROWSER = "JupyterLab in a browser: ./build.sh lab headless + Chromium (Playwright), every lesson from the UI"
 
 LESSONS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 

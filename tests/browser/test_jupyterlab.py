@@ -36,10 +36,8 @@ from urllib.parse import urlparse
 import pytest
 
 from course_utils.config import REPO_ROOT
+from tests.notebook_runs import BROWSER as BROWSER_PATH
 
-BROWSER_PATH = (
-    "JupyterLab in a browser: ./build.sh lab headless + Chromium (Playwright), every lesson from the UI"
-)
 pytestmark = [pytest.mark.browser, pytest.mark.path(BROWSER_PATH)]
 
 LESSONS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))

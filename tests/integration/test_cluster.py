@@ -12,8 +12,9 @@ import pytest
 
 from course_utils.cluster import LocalCluster, NodeSpec, node_ip
 from course_utils.config import REPO_ROOT
+from tests.notebook_runs import CLUSTER
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.path(CLUSTER)]
 
 DRIVER = textwrap.dedent(
     """

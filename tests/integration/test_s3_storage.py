@@ -11,8 +11,9 @@ from ray.train import TrainingFailedError
 from course_utils import config, faults, training
 from course_utils import storage as course_storage
 from course_utils.history import metric_history
+from tests.notebook_runs import S3
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.path(S3)]
 
 TINY = config.SMOKE.with_(epochs=3, train_size=512, test_size=200, batch_size=64)
 

@@ -13,8 +13,9 @@ import pytest
 
 from course_utils import cleanup, config, inference, ownership, raydata
 from course_utils import storage as course_storage
+from tests.notebook_runs import SHARED
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.path(SHARED)]
 
 
 def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:

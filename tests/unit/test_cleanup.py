@@ -15,6 +15,9 @@ import pytest
 
 from course_utils import cleanup, config, ownership
 from course_utils.data import OFFLINE_MARKER
+from tests.notebook_runs import SHARED
+
+pytestmark = [pytest.mark.path(SHARED)]
 
 
 def _plant_teammate(root: Path) -> Path:

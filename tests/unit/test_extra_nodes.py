@@ -12,8 +12,7 @@ import pytest
 import ray
 
 from course_utils import faults, session
-
-CLUSTER_PATH = "cluster someone else started: `ray start --head` + RAY_ADDRESS"
+from tests.notebook_runs import CLUSTER as CLUSTER_PATH
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import yaml
 
 from course_utils import device
 from course_utils.config import REPO_ROOT
+from tests.notebook_runs import GPU as GPU_PATH
 
-GPU_PATH = "GPU runner, 1 or N GPUs: the lesson plans for 0, 1 and 4 GPUs, gpu.yml's probe"
 pytestmark = pytest.mark.path(GPU_PATH)
 
 

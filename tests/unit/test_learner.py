@@ -9,6 +9,9 @@ import pyarrow.fs as pafs
 import pytest
 
 from course_utils import config, ownership, storage
+from tests.notebook_runs import SHARED
+
+pytestmark = [pytest.mark.path(SHARED)]
 
 
 def test_learner_defaults_to_the_os_user(monkeypatch):

@@ -10,8 +10,8 @@ import pytest
 
 from course_utils import device, plan, resumable
 from course_utils.training import per_worker_batch
+from tests.notebook_runs import GPU as GPU_PATH
 
-GPU_PATH = "GPU runner, 1 or N GPUs: the lesson plans for 0, 1 and 4 GPUs, gpu.yml's probe"
 pytestmark = pytest.mark.path(GPU_PATH)
 
 FULL_MNIST = (60_000, 10_000)
