@@ -87,30 +87,42 @@ def s3_server():
     process.wait(timeout=30)
 
 
-@pytest.fixture
-def s3_storage(s3_server, monkeypatch, request):
-    """COURSE_STORAGE=s3://<fresh bucket>/runs on the loopback S3 server, with test credentials."""
-    import re
-    import uuid
-
-    import pyarrow.fs as pafs
-
-    for key, value in {
+@pytest.fixture(scope="session")
+def s3_env(s3_server) -> dict[str, str]:
+    """The environment a course process needs for the loopback S3 server (test credentials)."""
+    return {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_REGION": "us-east-1",
         "COURSE_S3_ENDPOINT": s3_server,
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
-    bucket = f"{re.sub('[^a-z0-9]', '-', request.node.name.lower())[:40]}-{uuid.uuid4().hex[:8]}"
-    pafs.S3FileSystem(
+    }
+
+
+@pytest.fixture(scope="session")
+def s3_admin(s3_server):
+    """A pyarrow filesystem on the loopback S3 server that may create buckets (tests' own setup)."""
+    import pyarrow.fs as pafs
+
+    return pafs.S3FileSystem(
         access_key="testing",
         secret_key="testing",
         region="us-east-1",
         scheme="http",
         endpoint_override=s3_server.split("://", 1)[1],
         allow_bucket_creation=True,
-    ).create_dir(bucket)
+    )
+
+
+@pytest.fixture
+def s3_storage(s3_env, s3_admin, monkeypatch, request):
+    """COURSE_STORAGE=s3://<fresh bucket>/runs on the loopback S3 server, with test credentials."""
+    import re
+    import uuid
+
+    for key, value in s3_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    bucket = f"{re.sub('[^a-z0-9]', '-', request.node.name.lower())[:40]}-{uuid.uuid4().hex[:8]}"
+    s3_admin.create_dir(bucket)
     monkeypatch.setenv("COURSE_STORAGE", f"s3://{bucket}/runs")
     return f"s3://{bucket}/runs"

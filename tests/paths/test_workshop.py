@@ -66,25 +66,15 @@ TEAMMATE_SESSION = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def workshop(s3_server, tmp_path_factory):
+def workshop(s3_env, s3_admin, tmp_path_factory):
     """The cluster, the bucket prefix and the environment a workshop learner's kernel gets."""
     bucket = f"workshop-{uuid.uuid4().hex[:8]}"
-    fs = pafs.S3FileSystem(
-        access_key="testing",
-        secret_key="testing",
-        region="us-east-1",
-        scheme="http",
-        endpoint_override=s3_server.split("://", 1)[1],
-        allow_bucket_creation=True,
-    )
+    fs = s3_admin
     fs.create_dir(bucket)
     with fs.open_output_stream(f"{bucket}/course/{ORGANISER_NOTE}") as f:
         f.write(b"Welcome! This file is the organiser's, not the course's.\n")
     env = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_REGION": "us-east-1",
-        "COURSE_S3_ENDPOINT": s3_server,
+        **s3_env,
         "COURSE_STORAGE": f"s3://{bucket}/course",
         "COURSE_DATA": str(tmp_path_factory.mktemp("workshop-data")),
     }
