@@ -16,10 +16,13 @@ workshop's own (``COURSE_DATA``), which lesson 06 may empty.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 import uuid
 
 import pyarrow.fs as pafs
@@ -36,14 +39,15 @@ TEAMMATE_ACTOR = "course-model-worker-of-a-teammate"
 
 # A teammate's session: joins the cluster as learner "teammate", writes a run into their own
 # storage folder, starts a course actor in their namespace, and stays connected (as a kernel
-# does) until the test ends; "check" on stdin answers whether the actor still lives.
+# does) until the test ends; "check" on stdin answers whether the actor still lives. Its answers
+# start with "TEAMMATE" (Ray may write its own lines to a driver's stdout).
 TEAMMATE_SESSION = textwrap.dedent(
     f"""
     import sys
     import ray
     from course_utils import session, storage
 
-    session.start_ray(verbose=False)
+    session.start_ray(verbose=False, log_to_driver=False)
     fs, root = storage.learner_filesystem_and_root()  # <prefix>/course-teammate, with its owner record
     fs.create_dir(f"{{root}}/lesson02-resnet18")
     with fs.open_output_stream(f"{{root}}/lesson02-resnet18/result.json") as f:
@@ -55,12 +59,12 @@ TEAMMATE_SESSION = textwrap.dedent(
             return "alive"
 
     actor = ModelWorker.options(name="{TEAMMATE_ACTOR}").remote()  # in this learner's namespace
-    print("READY", root, ray.get(actor.ping.remote()), flush=True)
+    print("TEAMMATE READY", root, ray.get(actor.ping.remote()), flush=True)
     for line in sys.stdin:
         try:
-            print(ray.get(actor.ping.remote(), timeout=30), flush=True)
+            print("TEAMMATE", ray.get(actor.ping.remote(), timeout=30), flush=True)
         except Exception as error:
-            print(f"DEAD {{type(error).__name__}}", flush=True)
+            print(f"TEAMMATE dead ({{type(error).__name__}})", flush=True)
     """
 )
 
@@ -91,16 +95,20 @@ def workshop(s3_env, s3_admin, tmp_path_factory):
         text=True,
         start_new_session=True,
     )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in teammate.stdout], daemon=True).start()
     try:
-        ready = teammate.stdout.readline().split()
+        ready = _teammate_says(lines).split()
         assert ready[:1] == ["READY"] and ready[-1] == "alive", (
             f"the teammate's session did not start: {ready}"
         )
+        assert ready[1].endswith("/course-teammate"), ready
         yield {
             "fs": fs,
             "bucket": bucket,
             "cluster": cluster,
             "teammate": teammate,
+            "teammate_lines": lines,
             "teammate_root": ready[1],
         }
     finally:
@@ -108,6 +116,19 @@ def workshop(s3_env, s3_admin, tmp_path_factory):
         teammate.wait(timeout=30)
         patch.undo()
         cluster.stop()
+
+
+def _teammate_says(lines: queue.Queue, timeout_s: float = 120.0) -> str:
+    """The teammate's next answer (a line starting with TEAMMATE), skipping Ray's own lines."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
+        if line.startswith("TEAMMATE "):
+            return line[len("TEAMMATE ") :].strip()
+    return f"no answer from the teammate's session within {timeout_s:g} s"
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
@@ -124,7 +145,7 @@ def test_lesson_06_left_what_is_not_the_course_s(workshop):
     teammate = workshop["teammate"]
     teammate.stdin.write("check\n")
     teammate.stdin.flush()
-    actor = teammate.stdout.readline().strip()
+    actor = _teammate_says(workshop["teammate_lines"])
     assert note.type == pafs.FileType.File, "lesson 06 deleted the organiser's file under the shared prefix"
     assert run.type == pafs.FileType.File, "lesson 06 deleted a teammate's run"
     assert actor == "alive", f"lesson 06 killed a teammate's actor ({actor})"
