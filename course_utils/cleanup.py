@@ -354,18 +354,16 @@ def alive_course_actors(
 
     alive: list[dict[str, Any]] = []
     try:
-        from ray.util.state import list_actors
-
-        from course_utils.session import _state_address
+        from course_utils.session import alive_actors
 
         context = ray.get_runtime_context()
         namespace, own_namespace, job = learner_namespace(), context.namespace, context.get_job_id()
-        for a in list_actors(address=_state_address(), filters=[("state", "=", "ALIVE")], limit=1000):
+        for a in alive_actors():
             # The learner's namespace; plus this driver's own actors in its own namespace (a
             # driver started without start_ray has an anonymous one).
-            ours = a.ray_namespace == namespace or (a.ray_namespace == own_namespace and a.job_id == job)
-            if ours and any(c in (a.class_name or "") for c in class_names):
-                alive.append({"class_name": a.class_name, "name": a.name, "namespace": a.ray_namespace})
+            ours = a["namespace"] == namespace or (a["namespace"] == own_namespace and a["job_id"] == job)
+            if ours and any(c in (a["class_name"] or "") for c in class_names):
+                alive.append({"class_name": a["class_name"], "name": a["name"], "namespace": a["namespace"]})
     except Exception:  # no dashboard: the state API is unavailable
         pass
     named = {a.get("name") for a in alive}

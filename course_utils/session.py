@@ -217,7 +217,10 @@ def _state_address() -> str:
 
 
 def alive_actors(class_substring: str = "") -> list[dict[str, Any]]:
-    """Alive actors from Ray's state API (needs the dashboard), optionally filtered by class."""
+    """Alive actors from Ray's state API (needs the dashboard), optionally filtered by class.
+
+    Each row has the actor's class, id, pid, node, name, Ray namespace and job id.
+    """
     from ray.util.state import list_actors
 
     actors = list_actors(address=_state_address(), filters=[("state", "=", "ALIVE")], limit=1000, detail=True)
@@ -228,6 +231,8 @@ def alive_actors(class_substring: str = "") -> list[dict[str, Any]]:
             "pid": a.pid,
             "node_id": a.node_id,
             "name": a.name,
+            "namespace": a.ray_namespace,
+            "job_id": a.job_id,
         }
         for a in actors
     ]
