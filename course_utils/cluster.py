@@ -222,12 +222,13 @@ def node_ip(index: int) -> str:
     return f"127.0.0.{index + 2}"
 
 
-def _end_group(process: subprocess.Popen) -> None:
+def _end_group(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """End ``process``'s own process group: SIGTERM, then SIGKILL after ``grace_s`` seconds."""
     if process.poll() is not None:
         return
     try:
         os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
+        process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         try:
             os.killpg(process.pid, signal.SIGKILL)

@@ -13,7 +13,8 @@ from nbmake.nb_result import NotebookResult
 from nbmake.nb_run import NotebookRun
 
 from course_utils import solutions
-from course_utils.config import REPO_ROOT, build_root
+from course_utils.config import build_root
+from course_utils.run_course import lessons
 
 # The paths a learner takes (README "Paths a learner takes"); tests mark themselves with
 # @pytest.mark.path(NAME) and the end of the test output sums each path up (conftest.py).
@@ -25,7 +26,7 @@ SHARED = "shared storage and cluster: only the learner's own things are removed"
 GPU = "GPU runner, 1 or N GPUs: the lesson plans for 0, 1 and 4 GPUs, gpu.yml's probe"
 BROWSER = "JupyterLab in a browser: ./build.sh lab headless + Chromium (Playwright), every lesson from the UI"
 
-LESSONS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+LESSONS = lessons()  # notebooks/NN_*.ipynb in order, as ./build.sh course runs them
 
 
 def run_lesson(path: Path, label: str, *, answered: bool, timeout_s: int = 600) -> NotebookResult:

@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -35,13 +33,15 @@ from urllib.parse import urlparse
 
 import pytest
 
+from course_utils.cluster import _end_group
 from course_utils.config import REPO_ROOT
+from course_utils.run_course import KERNEL
+from course_utils.session import _free_port
 from tests.notebook_runs import BROWSER as BROWSER_PATH
+from tests.notebook_runs import LESSONS
 
 pytestmark = [pytest.mark.browser, pytest.mark.path(BROWSER_PATH)]
 
-LESSONS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-KERNEL = "ray-train-course"
 KERNEL_DISPLAY = "Python (Ray Train course)"
 CHROMIUM = os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -56,12 +56,6 @@ LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 # Lessons whose tqdm bars stay on screen (others close theirs: leave=False).
 TQDM_LESSONS = {"01_single_gpu_baseline", "03_ray_data_integration"}
 RUN_TIMEOUT_S = 1200  # a lesson's run-all (lesson 04 takes 4-5 min on 2 cores)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Lab:
@@ -142,23 +136,13 @@ def lab(chromium):
             break
         except OSError:
             if process.poll() is not None or time.monotonic() > deadline:
-                _stop(process)
+                _end_group(process, grace_s=60)  # Jupyter shuts its kernels down on SIGTERM
                 pytest.fail(f"./build.sh lab did not start on {server.base}:\n{server.log_tail()}")
             time.sleep(0.5)
     yield server
     for session in server.api("/api/sessions") or []:
         server.api(f"/api/sessions/{session['id']}", method="DELETE")
-    _stop(process)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)  # Jupyter shuts its kernels down on SIGTERM
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+    _end_group(process, grace_s=60)  # Jupyter shuts its kernels down on SIGTERM
 
 
 @pytest.fixture(scope="module")
