@@ -1,0 +1,32 @@
+"""``python -m course_utils.bench {train,ingest,recovery,inference}``: side-by-side measurements.
+
+Each subcommand measures the alternatives a lesson compares in one process run and prints
+``name: value`` lines, ending with the ratio that matters. Every benchmark lives in this package,
+one module each (``train``, ``ingest``, ``recovery``, ``inference``), with a ``main(argv)`` that
+parses its own options (``python -m course_utils.bench ingest --help``). The lessons never import
+this package; it imports the domain modules whose code it measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Sequence
+
+# subcommand -> one-line help; the body is ``course_utils.bench.<subcommand>.main``
+COMMANDS: dict[str, str] = {
+    "train": "images/s: plain PyTorch vs Ray Train (2x1 CPU, 1x2 CPU) on the same cores (lesson 02)",
+    "ingest": "rows/s: per-row PIL map vs vectorised map_batches vs torch DataLoader (lesson 03)",
+    "recovery": "seconds from a worker's SIGKILL to the next training step; checkpoint share of epoch time (lesson 04)",
+    "inference": "images/s: one remote predict call per image vs Ray Data batch inference with an actor pool (lesson 05)",
+}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse the subcommand and hand the rest of the command line to its benchmark."""
+    parser = argparse.ArgumentParser(prog="python -m course_utils.bench", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+    for name, help_text in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    args, rest = parser.parse_known_args(argv)
+    importlib.import_module(f"course_utils.bench.{args.command}").main(rest)
