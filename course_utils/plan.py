@@ -35,6 +35,21 @@ FAULT_DEMO_EPOCHS = 3  # crashes in epochs 1 and 2, a manual restore for the res
 CPU_DEMO = {"num_workers": 2, "batch_size": 128, "train_size": 2048, "test_size": 1000}
 
 
+def per_worker_batch(global_batch: int, world_size: int) -> int:
+    """Split the global batch evenly across workers, or say clearly why it cannot be."""
+    if world_size < 1 or global_batch < 1:
+        raise ValueError(
+            f"Need a positive batch and worker count, got batch {global_batch}, {world_size} workers."
+        )
+    if global_batch % world_size:
+        lower = global_batch - global_batch % world_size
+        raise ValueError(
+            f"Global batch {global_batch} does not split evenly across {world_size} workers. "
+            f"Use a multiple of {world_size}, e.g. {lower} or {lower + world_size}."
+        )
+    return global_batch // world_size
+
+
 @dataclass(frozen=True)
 class Run:
     """One kind of fit a lesson makes: a ``Profile`` with real sizes, and why it runs that way."""

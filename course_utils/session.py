@@ -171,7 +171,7 @@ def check_resources(scaling_config: Any, global_batch: int | None = None) -> Non
     """
     import ray
 
-    from course_utils.training import per_worker_batch
+    from course_utils.plan import per_worker_batch
 
     low, high = worker_count_bounds(scaling_config.num_workers)
     if global_batch is not None:
