@@ -9,12 +9,13 @@ fails to load.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,28 +121,27 @@ def training_state(
     return state
 
 
-def report(
-    metrics: dict[str, Any],
-    state: dict[str, Any] | None = None,
-    *,
-    before_commit: Callable[[], None] | None = None,
-) -> None:
-    """``ray.train.report`` from every rank; rank 0 attaches ``state`` as a checkpoint.
+@contextlib.contextmanager
+def rank0_checkpoint(
+    rank: int, state: dict[str, Any], *, before_commit: Callable[[], None] | None = None
+) -> Iterator[Any]:
+    """On rank 0, ``state`` as a ``ray.train.Checkpoint`` in a fresh temp dir; ``None`` elsewhere.
 
-    Every rank must call this the same number of times (``report`` is a barrier).
-    ``before_commit`` is passed to ``write_checkpoint_dir`` (fault injection).
+    Use it around ``ray.train.report(metrics, checkpoint=checkpoint)``: every rank reports
+    (``report`` is a barrier), only rank 0 attaches a checkpoint (all ranks hold the same
+    weights), and the temp dir is removed once ``report`` has copied it to storage.
+    ``before_commit`` is passed to ``write_checkpoint_dir`` (fault injection, lesson 04).
     """
     import ray.train
 
-    checkpoint_dir = None
-    if state is not None and ray.train.get_context().get_world_rank() == 0:
-        checkpoint_dir = write_checkpoint_dir(state, before_commit=before_commit)
+    if rank != 0:
+        yield None
+        return
+    directory = write_checkpoint_dir(state, before_commit=before_commit)
     try:
-        checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir)) if checkpoint_dir else None
-        ray.train.report(metrics, checkpoint=checkpoint)
+        yield ray.train.Checkpoint.from_directory(str(directory))
     finally:
-        if checkpoint_dir is not None:
-            shutil.rmtree(checkpoint_dir, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def restore(

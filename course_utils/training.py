@@ -1,13 +1,15 @@
-"""The training loops: single-process PyTorch, and the per-worker Ray Train loop.
+"""The training loops: single-process PyTorch (lesson 01) and the per-worker Ray Train loop (lesson 02).
 
-Both share ``train_one_epoch`` and ``evaluate``, so the only difference a learner sees between
-lessons 01 and 02 is the Ray Train calls.
+Both share ``train_step``, ``train_one_epoch`` and ``evaluate``, so the only difference a learner
+sees between lessons 01 and 02 is the Ray Train calls. Lessons 03 and 04 build their own loops on
+``setup_worker`` and these pieces.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,48 +17,62 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from course_utils import checkpoints, data, faults
+from course_utils import checkpoints, data
 from course_utils.config import Profile, get_profile
 from course_utils.device import get_device
 from course_utils.model import build_resnet18, unwrap
-from course_utils.plan import per_worker_batch  # re-exported: lesson 02 imports it from here
+
+
+def per_worker_batch(global_batch: int, world_size: int) -> int:
+    """Split the global batch evenly across workers, or say clearly why it cannot be."""
+    if world_size < 1 or global_batch < 1:
+        raise ValueError(
+            f"Need a positive batch and worker count, got batch {global_batch}, {world_size} workers."
+        )
+    if global_batch % world_size:
+        lower = global_batch - global_batch % world_size
+        raise ValueError(
+            f"Global batch {global_batch} does not split evenly across {world_size} workers. "
+            f"Use a multiple of {world_size}, e.g. {lower} or {lower + world_size}."
+        )
+    return global_batch // world_size
+
+
+def train_step(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+) -> float:
+    """Forward, loss, backward, optimizer step on one batch; returns the batch's loss."""
+    images, labels = images.to(device), labels.to(device)
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(images), labels)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
 
 
 def train_one_epoch(
     model: nn.Module,
-    loader: DataLoader,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     device: torch.device,
-    *,
-    on_step: Callable[[int], None] | None = None,
-    progress: bool = False,
-    desc: str = "train",
-    after_step: Callable[[int], None] | None = None,
-) -> float:
-    """One pass over ``loader``; returns the mean training loss.
+) -> tuple[float, int]:
+    """One pass over ``batches`` (a DataLoader or any iterable of (images, labels)).
 
-    ``on_step(step)`` runs before each batch (fault injection), ``after_step(step)`` after its
-    optimizer step (mid-epoch checkpoints: the loader has yielded exactly ``step + 1`` batches).
+    Returns the mean training loss and the number of images trained on.
     """
     model.train()
     total, count = 0.0, 0
-    batches = tqdm(loader, desc=desc, leave=False) if progress else loader
-    for step, (images, labels) in enumerate(batches):
-        if on_step is not None:
-            on_step(step)
-        images, labels = images.to(device), labels.to(device)
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        total += loss.item() * len(labels)
+    for images, labels in batches:
+        total += train_step(model, images, labels, optimizer, device) * len(labels)
         count += len(labels)
-        if after_step is not None:
-            after_step(step)
-    return total / max(count, 1)
+    return total / max(count, 1), count
 
 
 @torch.no_grad()
@@ -96,9 +112,8 @@ def train_baseline(
     rows = []
     for epoch in tqdm(range(profile.epochs), desc=f"epochs on {device}", disable=not progress):
         start = time.perf_counter()
-        train_loss = train_one_epoch(
-            model, train_loader, optimizer, device, progress=progress, desc=f"epoch {epoch}"
-        )
+        batches = tqdm(train_loader, desc=f"epoch {epoch}", leave=False, disable=not progress)
+        train_loss, images = train_one_epoch(model, batches, optimizer, device)
         seconds = time.perf_counter() - start
         rows.append(
             {
@@ -106,7 +121,7 @@ def train_baseline(
                 "train_loss": train_loss,
                 **evaluate(model, test_loader, device),
                 "epoch_time_s": seconds,
-                "images_per_s": len(train_ds) / seconds,
+                "images_per_s": images / seconds,
             }
         )
         print(f"epoch {epoch}: train_loss={train_loss:.4f} accuracy={rows[-1]['accuracy']:.3f}", flush=True)
@@ -127,76 +142,92 @@ def loop_config(profile: Profile | None = None, **overrides: Any) -> dict[str, A
     return config
 
 
-def _mean_across_workers(value: float, device: torch.device) -> float:
+def sum_across_workers(value: float, device: torch.device) -> float:
+    """The sum of ``value`` over all Ray Train workers (just ``value`` with one worker)."""
     if not torch.distributed.is_available() or not torch.distributed.is_initialized():
         return value
     t = torch.tensor([value], dtype=torch.float64, device=device)
     torch.distributed.all_reduce(t)
-    return t.item() / torch.distributed.get_world_size()
+    return t.item()
 
 
-def train_loop_per_worker(config: dict[str, Any]) -> None:
-    """What each Ray Train worker runs: the baseline loop plus the Ray Train calls.
+@dataclass
+class Worker:
+    """What ``setup_worker`` prepared on one Ray Train worker: every course loop starts from it."""
 
-    Resumes from ``ray.train.get_checkpoint()`` when there is one, reports metrics and a
-    rank-0 checkpoint every epoch, and keeps the full metric history inside the checkpoint.
-    """
+    rank: int
+    world: int
+    device: torch.device
+    batch: int  # this worker's share of the global batch
+    model: nn.Module  # on ``device``, wrapped in DistributedDataParallel when world > 1
+    optimizer: torch.optim.Optimizer
+    train_ds: Dataset
+    test_loader: DataLoader
+
+    def epoch_metrics(self, epoch: int, train_loss: float, images: int, seconds: float) -> dict[str, Any]:
+        """An epoch's metrics, the same on every rank: mean loss and images over all workers,
+        test accuracy of the (identical) model on the whole test set."""
+        return {
+            "epoch": epoch,
+            "train_loss": sum_across_workers(train_loss, self.device) / self.world,
+            **evaluate(unwrap(self.model), self.test_loader, self.device),
+            "epoch_time_s": seconds,
+            "images_per_s": sum_across_workers(images, self.device) / seconds,
+            "world_size": self.world,
+        }
+
+    def state(self, epoch: int, history: list[dict], **extra: Any) -> dict[str, Any]:
+        """What a checkpoint holds: weights, optimizer, epoch, history, RNG (``checkpoints.training_state``)."""
+        return checkpoints.training_state(self.model, self.optimizer, epoch, history, **extra)
+
+
+def setup_worker(config: dict[str, Any]) -> Worker:
+    """The start of every Ray Train worker's loop: who am I, my device, my batch, my model."""
     import ray.train
     import ray.train.torch
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
-    batch = per_worker_batch(config["batch_size"], world)
-    torch.manual_seed(config["seed"])
-    data.ensure_mnist(config["data_root"], verbose=False)  # no-op when the driver prepared it
+    batch = per_worker_batch(config["batch_size"], world)  # the global batch, split across workers
+    torch.manual_seed(config["seed"])  # every rank builds the same initial weights
     train_ds, test_ds = data.course_datasets(
         config["train_size"], config["test_size"], config["data_root"], config["seed"]
     )
-
-    # Ray Train: wrap in DDP (world > 1) and move to this worker's device.
+    # Ray Train: move to this worker's device, wrap in DDP (world > 1) so gradients are averaged.
     model = ray.train.torch.prepare_model(build_resnet18())
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    # Ray Train: a DistributedSampler gives each worker its own shard; batches land on `device`.
-    train_loader = ray.train.torch.prepare_data_loader(data.make_loader(train_ds, batch, shuffle=True))
-    test_loader = data.make_loader(test_ds, 512, shuffle=False)  # every rank scores the whole test set
+    if rank == 0:
+        print(f"[rank 0] {world} worker(s) on {device}, per-worker batch {batch}", flush=True)
+    return Worker(rank, world, device, batch, model, optimizer, train_ds, data.make_loader(test_ds, 512))
 
-    state = checkpoints.restore(model, optimizer, map_location=device)
-    start_epoch = state["epoch"] + 1 if state else 0
-    history = state["history"] if state else []
-    print(
-        f"[rank {rank}/{world}] device={device} per-worker batch={batch} "
-        f"{'resuming at epoch ' + str(start_epoch) if state else 'fresh start'}",
-        flush=True,
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """What each Ray Train worker runs: lesson 01's loop plus the Ray Train calls."""
+    import ray.train
+    import ray.train.torch
+
+    worker = setup_worker(config)
+    # Ray Train: a DistributedSampler gives each worker its own shard; batches land on the device.
+    loader = ray.train.torch.prepare_data_loader(
+        data.make_loader(worker.train_ds, worker.batch, shuffle=True)
     )
-
-    for epoch in range(start_epoch, config["epochs"]):
-        sampler = getattr(train_loader, "sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(epoch)  # otherwise every epoch shuffles the same way
+    history = []
+    for epoch in range(config["epochs"]):
+        if worker.world > 1:
+            loader.sampler.set_epoch(epoch)  # otherwise every epoch shuffles the same way
         start = time.perf_counter()
-        train_loss = train_one_epoch(
-            model,
-            train_loader,
-            optimizer,
-            device,
-            on_step=lambda step, epoch=epoch: faults.maybe_fail(
-                config.get("fault"), rank=rank, epoch=epoch, step=step
-            ),
-        )
-        seconds = time.perf_counter() - start
-        report_epoch(
-            model,
-            optimizer,
-            epoch,
-            history,
-            train_loss=train_loss,
-            seconds=seconds,
-            images=len(train_ds),
-            test_loader=test_loader,
-            device=device,
-            extra={"start_epoch": start_epoch},  # which attempt ran this epoch (lesson 04)
-        )
+        train_loss, images = train_one_epoch(worker.model, loader, worker.optimizer, worker.device)
+        metrics = worker.epoch_metrics(epoch, train_loss, images, time.perf_counter() - start)
+        history.append(metrics)
+        # Every rank reports (report is a barrier); only rank 0 attaches a checkpoint.
+        with checkpoints.rank0_checkpoint(worker.rank, worker.state(epoch, history)) as checkpoint:
+            ray.train.report(metrics, checkpoint=checkpoint)
+        if worker.rank == 0:
+            print(
+                f"[rank 0] epoch {epoch}: train_loss={train_loss:.4f} accuracy={metrics['accuracy']:.3f}",
+                flush=True,
+            )
 
 
 # What train_loop_per_worker reports each epoch: a checkpoint_score_attribute must be one of these.
@@ -208,50 +239,7 @@ REPORTED_METRICS = (
     "epoch_time_s",
     "images_per_s",
     "world_size",
-    "start_epoch",
 )
-
-
-def report_epoch(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    epoch: int,
-    history: list[dict],
-    *,
-    train_loss: float,
-    seconds: float,
-    images: int,
-    test_loader: DataLoader,
-    device: torch.device,
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """End of an epoch on every rank: evaluate, append to ``history``, report with a checkpoint.
-
-    Shared by the DataLoader loop and the Ray Data loop (``raydata.train_loop_ray_data``), so
-    both report the same metrics and write the same checkpoints. Returns the epoch's metrics.
-    """
-    import ray.train
-
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    metrics = {
-        "epoch": epoch,
-        "train_loss": _mean_across_workers(train_loss, device),
-        **evaluate(unwrap(model), test_loader, device),
-        "epoch_time_s": seconds,
-        "images_per_s": images / seconds,
-        "world_size": world,
-        **(extra or {}),
-    }
-    history.append(metrics)
-    if rank == 0:
-        print(
-            f"[rank 0] epoch {epoch}: train_loss={metrics['train_loss']:.4f} "
-            f"accuracy={metrics['accuracy']:.3f} ({seconds:.1f}s)",
-            flush=True,
-        )
-    checkpoints.report(metrics, checkpoints.training_state(model, optimizer, epoch, history))
-    return metrics
 
 
 def make_trainer(
