@@ -1,5 +1,6 @@
 """Ray Data for the course: digits as Parquet, a Ray Dataset over them, the fast transform, the
-Ray Data training loop, and the ingest benchmark.
+Ray Data training loop, and ``measure_ingest`` (lesson 03 times pipelines with it; the
+benchmark around it is ``course_utils.bench.ingest``).
 
 The Parquet layout is two columns: ``image`` (the 28*28 uint8 pixels as 784 raw bytes) and
 ``label`` (int64). Raw bytes keep the files small and let the vectorised transform decode a
@@ -350,23 +351,7 @@ def evaluate_checkpoint(checkpoint: Any, profile: Profile | None = None) -> dict
     return training.evaluate(unwrap(model), data.make_loader(test_ds, 512, shuffle=False), device)
 
 
-# --------------------------------------------------------------------------- ingest benchmark
-
-
-class DigitsDataset(torch.utils.data.Dataset):
-    """Raw digits behind a map-style Dataset that decodes one item at a time through PIL and
-    torchvision, as ``torchvision.datasets.MNIST`` does: the plain-PyTorch baseline."""
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray):
-        self.images, self.labels = images, labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        from PIL import Image
-
-        return data.TRANSFORM(Image.fromarray(self.images[i], mode="L")), int(self.labels[i])
+# --------------------------------------------------------------------------- timing ingest
 
 
 def consume(ds) -> int:
@@ -423,70 +408,3 @@ def measure_ingest(pipelines: dict[str, Any], rounds: int = 3, progress: bool = 
     table["rows_per_s"] = table["rows"] / table["best_s"]
     table["speedup"] = table["rows_per_s"] / table["rows_per_s"].iloc[0]
     return table
-
-
-def ingest_pipelines(path: str | Path, loader_rows: tuple[np.ndarray, np.ndarray] | None = None):
-    """The pipelines the bench compares, over the same Parquet digits: per-row PIL ``map``,
-    vectorised ``map_batches``, the bare read (the floor), and (given the raw arrays) a torch DataLoader."""
-    ds = read_digits(path)
-    pipelines: dict[str, Any] = {
-        "per_row_map_pil": preprocess(ds, fast=False),
-        "vectorised_map_batches": preprocess(ds, fast=True),
-        # The floor: the same read with no transform. The vectorised path cannot beat it.
-        "read_only_no_transform": ds,
-    }
-    if loader_rows is not None:
-        pipelines["torch_dataloader_pil"] = torch.utils.data.DataLoader(
-            DigitsDataset(*loader_rows), batch_size=256, shuffle=False
-        )
-    return pipelines
-
-
-def bench_ingest(argv: Sequence[str] | None = None) -> dict[str, float]:
-    """``python -m course_utils.bench ingest``: rows/s of the three ingest paths on replicated
-    digits (full-MNIST size by default), side by side, ending with the vectorised/per-row ratio."""
-    import argparse
-
-    import ray
-
-    from course_utils import session
-
-    parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench ingest", description=bench_ingest.__doc__
-    )
-    parser.add_argument("--rows", type=int, default=60_000, help="rows to measure (digits replicated)")
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per pipeline (best of)")
-    parser.add_argument("--files", type=int, default=8, help="Parquet files (read parallelism)")
-    args = parser.parse_args(argv)
-
-    data.ensure_mnist(verbose=False)
-    images, labels = data.raw_arrays(True)
-    replicate = -(-args.rows // len(labels))
-    images = np.tile(images, (replicate, 1, 1))[: args.rows]
-    labels = np.tile(labels, replicate)[: args.rows]
-    started_here = not ray.is_initialized()
-    session.start_ray(verbose=False, include_dashboard=False)  # a bench needs no dashboard: ≈ 15 s less
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    # In the course storage, not /tmp: on a cluster every node must read the files.
-    path = default_parquet_path("ingest-bench", args.rows)
-    try:
-        write_parquet(images, labels, path, num_files=args.files)
-        table = measure_ingest(ingest_pipelines(path, (images, labels)), rounds=args.rounds, progress=False)
-    finally:
-        fs, root = location(path)
-        if fs.get_file_info(root).type != pafs.FileType.NotFound:
-            fs.delete_dir(root)
-        if started_here:
-            ray.shutdown()
-    out: dict[str, float] = {"rows": args.rows, "rounds": args.rounds, "parquet_files": args.files}
-    for row in table.itertuples():
-        out[f"{row.pipeline}_rows_per_s"] = row.rows_per_s
-    out["vectorised_over_per_row"] = (
-        out["vectorised_map_batches_rows_per_s"] / out["per_row_map_pil_rows_per_s"]
-    )
-    for name, value in out.items():
-        print(
-            f"{name}: {value:.2f}" if isinstance(value, float) and value < 100 else f"{name}: {value:.0f}",
-            flush=True,
-        )
-    return out

@@ -1,5 +1,5 @@
 """Unit tests for course_utils.raydata: Parquet export, schema checks, the two transforms, the
-batch adapter the Ray Data loop uses, and the ingest benchmark plumbing. No Ray cluster."""
+batch adapter the Ray Data loop uses, and measure_ingest. No Ray cluster."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from course_utils import bench, config, data, raydata, training
+from course_utils import config, data, raydata, training
+from course_utils.bench.ingest import DigitsDataset
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +192,7 @@ def test_torch_batches_wrong_columns_is_a_clear_error(digits):
 
 def test_measure_ingest_table_on_dataloaders(digits):
     images, labels = digits
-    slow = torch.utils.data.DataLoader(raydata.DigitsDataset(images, labels), batch_size=64)
+    slow = torch.utils.data.DataLoader(DigitsDataset(images, labels), batch_size=64)
     fast = torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(torch.zeros(len(labels), 1, 28, 28), torch.from_numpy(labels)),
         batch_size=256,
@@ -203,25 +204,6 @@ def test_measure_ingest_table_on_dataloaders(digits):
     assert (table["rows_per_s"] > 0).all()
     with pytest.raises(ValueError):
         raydata.measure_ingest({"slow": slow}, rounds=0)
-
-
-def test_digits_dataset_matches_vectorised_transform(digits):
-    images, labels = digits
-    image, label = raydata.DigitsDataset(images, labels)[3]
-    fast = raydata.normalise_batch({"image": images[3:4], "label": labels[3:4]})
-    np.testing.assert_allclose(image.numpy(), fast["image"][0], rtol=0, atol=1e-6)
-    assert label == labels[3]
-
-
-def test_bench_dispatches_ingest_and_rejects_unknown(capsys):
-    assert set(bench.COMMANDS) == {"train", "ingest", "recovery", "inference"}
-    with pytest.raises(SystemExit) as unknown:
-        bench.main(["no-such-bench"])
-    with pytest.raises(SystemExit) as helped:
-        bench.main(["ingest", "--help"])
-    assert unknown.value.code == 2
-    assert helped.value.code == 0
-    assert "--rows" in capsys.readouterr().out
 
 
 def test_measure_ingest_accepts_batch_functions(digits):
