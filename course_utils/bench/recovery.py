@@ -1,5 +1,70 @@
-"""Benchmark recovery (body moving here from course_utils.resumable)."""
+"""``python -m course_utils.bench recovery``: seconds from a worker's SIGKILL to the next training
+step, and the share of epoch time spent saving checkpoints, for lesson 04's mid-epoch loop
+(``resumable.train_loop_mid_epoch``)."""
 
-from course_utils.resumable import bench_recovery as main
+from __future__ import annotations
 
-__all__ = ["main"]
+import argparse
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from course_utils import checkpoints, data, faults, resumable, session, storage
+from course_utils.config import get_profile, local_output_dir
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    """Kill a worker from outside mid-epoch; time death -> next training step, and checkpoint cost.
+
+    One run of ``train_loop_mid_epoch`` with ``max_failures=1``: rank 1 is SIGKILLed (found
+    through Ray's state API) during epoch 1. Prints ``name: value`` lines and ends with the
+    share of epoch time spent saving checkpoints.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.bench recovery",
+        description=(main.__doc__ or "").split("\n")[0],
+    )
+    parser.add_argument("--train-size", type=int, default=2048)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--checkpoint-every", type=int, default=5)
+    parser.add_argument("--kill-step", type=int, default=9)
+    args = parser.parse_args(argv)
+
+    data.ensure_mnist(verbose=False)
+    session.start_ray(verbose=False)
+    profile = get_profile().with_(train_size=args.train_size, epochs=args.epochs)
+    name = "bench-recovery"
+    storage.reset_run(name)
+    marker = Path(local_output_dir("bench-recovery")) / "kill.marker"
+    marker.unlink(missing_ok=True)
+    spec = faults.crash_once(marker, rank=1, epoch=1, step=args.kill_step, how="external", delay_s=2.0)
+    trainer = resumable.make_trainer_mid_epoch(
+        name, profile, max_failures=1, checkpoint_every=args.checkpoint_every, fault=spec
+    )
+    killer = faults.ExternalKiller(spec).start()
+    started = time.perf_counter()
+    result = trainer.fit()
+    wall = time.perf_counter() - started
+    killer.join()
+    state = checkpoints.load_state(result.checkpoint)
+    attempts, history = state["attempts"], state["history"]
+    if len(attempts) != 2:
+        raise RuntimeError(f"Expected 2 attempts (one restart), found {len(attempts)}: {attempts}")
+    recovery = attempts[1]["first_step_at"] - killer.killed_at
+    first_epoch = [r for r in history if r["epoch"] == 0 and r["attempt"] == 1]
+    saves = [r["checkpoint_s"] for r in first_epoch if "checkpoint_s" in r]
+    epoch_time = next(r["epoch_time_s"] for r in first_epoch if "epoch_time_s" in r)
+    per_save = sum(saves) / len(saves)
+    share = per_save * len(first_epoch) / (epoch_time + per_save)  # the end-of-epoch save is outside
+    lines = {
+        "fit_wall_s": wall,
+        "resumed_at_step": attempts[1]["start_step"],
+        "kill_to_next_step_s": recovery,
+        "checkpoint_save_s": per_save,
+        "checkpoints_per_epoch": len(first_epoch),
+        "epoch_time_s": epoch_time,
+        "checkpoint_share_of_epoch": share,
+    }
+    for key, value in lines.items():
+        print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")
+    return lines
