@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from course_utils.data import denormalise
 
@@ -57,6 +58,8 @@ def loss_curves(
         axes[0][1].set_xlabel(x)
         axes[0][1].set_ylabel("test accuracy")
         axes[0][1].grid(alpha=0.3)
+    for axis in fig.axes:
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs 0, 1, 2: no 0.5
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -182,6 +185,7 @@ def attempt_timeline(
     ax.set_ylim(-0.7, len(attempts) - 0.3)
     ax.invert_yaxis()
     ax.set_xlabel(xlabel or x)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs or batches completed: counts
     ax.margins(x=0.12)
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="upper right", fontsize=8)

@@ -33,3 +33,25 @@ def test_prediction_grid_marks_wrong_in_red():
 def test_bars_labels_values():
     fig = plots.bars({"a": 10.0, "b": 2000.0}, "images/s", "t")
     assert [t.get_text() for t in fig.axes[0].texts] == ["10", "2,000"]
+
+
+def _whole(ticks) -> bool:
+    return all(float(t).is_integer() for t in ticks)
+
+
+def test_epoch_axes_have_whole_number_ticks():
+    history = pd.DataFrame(
+        {
+            "epoch": [0, 1, 2],
+            "train_loss": [1.0, 0.5, 0.4],
+            "test_loss": [1.1, 0.6, 0.5],
+            "accuracy": [0.5, 0.8, 0.9],
+        }
+    )
+    for ax in plots.loss_curves(history).axes:
+        assert _whole(ax.get_xticks()), (
+            f"{ax.get_ylabel()} axis ticks {list(ax.get_xticks())}: epoch 0.5 is not a thing"
+        )
+    rows = pd.DataFrame({"done": [1, 2, 3], "attempt": [1, 1, 2]})
+    timeline = plots.attempt_timeline(rows, x="done", attempt="attempt", failures=[(1, 2.4, "crash")])
+    assert _whole(timeline.axes[0].get_xticks())
