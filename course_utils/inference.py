@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -381,47 +380,3 @@ def available_checkpoint(run_name: str | None = None) -> tuple[Any, str]:
         except RuntimeError:
             pass
     return str(placeholder_checkpoint()), "untrained ResNet-18 (speed does not depend on the weights)"
-
-
-def bench_inference(argv: Sequence[str] | None = None) -> Throughput:
-    """``python -m course_utils.bench inference``: per-image remote calls vs batch inference."""
-    import argparse
-
-    import ray
-
-    from course_utils import data, session
-
-    parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench inference",
-        description="images/s of one ray.get(worker.predict.remote(x)) per digit vs Ray Data batch inference",
-    )
-    parser.add_argument("--per-image", type=int, default=300, help="digits sent one call at a time")
-    parser.add_argument(
-        "--copies",
-        type=int,
-        default=60,
-        help="batch side scores the test digits this many times over (60: full-MNIST-sized, 60,000 in smoke)",
-    )
-    parser.add_argument("--pool-size", type=int, default=2, help="model actors in the Ray Data pool")
-    parser.add_argument("--batch-size", type=int, default=512)
-    args = parser.parse_args(argv)
-
-    data.ensure_mnist(verbose=False)
-    if not ray.is_initialized():  # the dashboard is not needed here and costs CPU on a small machine
-        session.start_ray(verbose=False, include_dashboard=False)
-    checkpoint, described = available_checkpoint()
-    images, _ = data.raw_arrays(train=False)
-    print(f"checkpoint: {described}")
-    result = measure_throughput(
-        checkpoint,
-        images,
-        per_image=args.per_image,
-        batch_copies=args.copies,
-        pool_size=args.pool_size,
-        batch_size=args.batch_size,
-        progress=False,
-    )
-    print(f"pool_size: {args.pool_size}")
-    print(f"batch_size: {args.batch_size}")
-    print("\n".join(result.lines()), flush=True)
-    return result

@@ -1,5 +1,51 @@
-"""Benchmark inference (body moving here from course_utils.inference)."""
+"""``python -m course_utils.bench inference``: images/s of one ``ray.get(worker.predict.remote(x))``
+per digit vs Ray Data batch inference with an actor pool (lesson 05), through
+``inference.measure_throughput``, the lesson's own measurement."""
 
-from course_utils.inference import bench_inference as main
+from __future__ import annotations
 
-__all__ = ["main"]
+import argparse
+from collections.abc import Sequence
+
+import ray
+
+from course_utils import data, session
+from course_utils.inference import Throughput, available_checkpoint, measure_throughput
+
+
+def main(argv: Sequence[str] | None = None) -> Throughput:
+    """Per-image remote calls vs batch inference, images/s."""
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.bench inference",
+        description="images/s of one ray.get(worker.predict.remote(x)) per digit vs Ray Data batch inference",
+    )
+    parser.add_argument("--per-image", type=int, default=300, help="digits sent one call at a time")
+    parser.add_argument(
+        "--copies",
+        type=int,
+        default=60,
+        help="batch side scores the test digits this many times over (60: full-MNIST-sized, 60,000 in smoke)",
+    )
+    parser.add_argument("--pool-size", type=int, default=2, help="model actors in the Ray Data pool")
+    parser.add_argument("--batch-size", type=int, default=512)
+    args = parser.parse_args(argv)
+
+    data.ensure_mnist(verbose=False)
+    if not ray.is_initialized():  # the dashboard is not needed here and costs CPU on a small machine
+        session.start_ray(verbose=False, include_dashboard=False)
+    checkpoint, described = available_checkpoint()
+    images, _ = data.raw_arrays(train=False)
+    print(f"checkpoint: {described}")
+    result = measure_throughput(
+        checkpoint,
+        images,
+        per_image=args.per_image,
+        batch_copies=args.copies,
+        pool_size=args.pool_size,
+        batch_size=args.batch_size,
+        progress=False,
+    )
+    print(f"pool_size: {args.pool_size}")
+    print(f"batch_size: {args.batch_size}")
+    print("\n".join(result.lines()), flush=True)
+    return result
