@@ -39,9 +39,30 @@ def _pending(exercise: str, answer: Any) -> bool:
         return False
     print(
         f"Exercise {exercise}: not attempted yet. Replace the `...` in this cell with your answer "
-        f"and run it again. Stuck? The solution is in {_solution(exercise)} (try first!)."
+        f'and run it again. Stuck? checks.hint("{exercise}") gives a hint, '
+        f'checks.solution("{exercise}") the answer (also in {_solution(exercise)}).'
     )
     return True
+
+
+def hint(exercise: str) -> None:
+    """Print a hint for exercise ``"NN.k"``: a nudge toward the answer, not the answer."""
+    from course_utils import solutions
+
+    print(f"Hint for exercise {exercise}: {solutions.hint(exercise)}")
+
+
+def solution(exercise: str) -> None:
+    """Show the published solution of exercise ``"NN.k"`` (try the hint first)."""
+    from course_utils import solutions
+
+    text = f"**Solution to exercise {exercise}**\n\n{solutions.solution(exercise)}"
+    try:
+        from IPython.display import Markdown, display
+
+        display(Markdown(text))
+    except ImportError:
+        print(text)
 
 
 def _wrong(exercise: str, message: str) -> ExerciseError:
@@ -217,6 +238,93 @@ def check_scaling_config(
     return _right(
         exercise,
         f"{num_workers} workers x {cpus_per_worker:g} CPU = {num_workers * cpus_per_worker:g} CPU slots.",
+    )
+
+
+def migration_problems(record: Any) -> list[str]:
+    """What a checked fit of a lesson 02 per-worker function did wrong, in plain words (empty: right)."""
+    from course_utils.fitcheck import failure_summary
+
+    ranks = range(record.num_workers)
+    counts = {rank: len(record.reports(rank)) for rank in ranks}
+    problems = []
+    if len(set(counts.values())) > 1 or (record.error is not None and "have not joined" in str(record.error)):
+        few = [rank for rank in ranks if counts[rank] < max(counts.values())]
+        problems.append(
+            f"rank(s) {', '.join(map(str, few)) or '?'} skipped ray.train.report "
+            f"(reports per rank: {counts}). report is a barrier: every rank must call it every epoch, "
+            "or the others wait for ever; keep it outside any `if rank == 0:`."
+        )
+    elif record.error is not None:
+        return [f"the fit failed: {failure_summary(record.error)}. Fix that first (the full error is above)."]
+    elif counts[0] != record.epochs:
+        problems.append(
+            f"rank 0 called ray.train.report {counts[0]} time(s) in {record.epochs} epochs: report once "
+            "at the end of every epoch."
+        )
+    with_checkpoint = sorted({r["rank"] for r in record.of("report") if r["checkpoint"]})
+    if len(with_checkpoint) > 1:
+        problems.append(
+            f"ranks {with_checkpoint} each attached a checkpoint. All ranks hold the same weights after "
+            "DDP's all-reduce, so only rank 0 should write one (checkpoint=None on the others)."
+        )
+    elif not with_checkpoint and counts[0]:
+        problems.append(
+            "no report carried a checkpoint: rank 0 should pass checkpoint=ray.train.Checkpoint.from_directory(...) "
+            "(or use checkpoints.rank0_checkpoint), or the run cannot resume and has no model to load."
+        )
+    if record.num_workers > 1:
+        missing = [rank for rank in ranks if record.set_epochs(rank) != list(range(record.epochs))]
+        if missing:
+            problems.append(
+                f"no loader.sampler.set_epoch(epoch) on rank(s) {missing} (called with "
+                f"{record.set_epochs(missing[0])}): without it every epoch shuffles the same way."
+            )
+    expected = record.global_batch // record.num_workers
+    too_big = {rank: max(record.batch_sizes(rank)) for rank in ranks if record.batch_sizes(rank)}
+    too_big = {rank: size for rank, size in too_big.items() if size != expected}
+    if too_big:
+        rank, size = next(iter(too_big.items()))
+        problems.append(
+            f"rank {rank} trained on batches of {size}; with a global batch of {record.global_batch} on "
+            f"{record.num_workers} workers each worker takes {expected} "
+            '(per_worker_batch(config["batch_size"], world_size)), so together they still train on '
+            f"{record.global_batch} images per step."
+        )
+    losses = record.losses(0)
+    if counts[0] and not losses:
+        problems.append(
+            'the reported metrics have no "train_loss": report {"epoch": epoch, "train_loss": ...}.'
+        )
+    elif len(losses) >= 2 and not losses[-1] < losses[0]:
+        problems.append(
+            f"the training loss did not fall ({losses[0]:.3f} in epoch 0, {losses[-1]:.3f} in the last): "
+            "is the optimizer built on the prepared model's parameters, with the lesson's learning rate?"
+        )
+    return problems
+
+
+def check_migration(train_fn: Any, exercise: str = "02.3") -> bool:
+    """Run the learner's per-worker function for real (2 workers, 512 digits, 3 epochs) and say
+    what is wrong: a rank skipping report, checkpoints from every rank, no set_epoch, the
+    wrong per-worker batch, a loss that does not fall."""
+    from course_utils import fitcheck
+
+    if _pending(exercise, train_fn):
+        return False
+    if not callable(train_fn):
+        raise _wrong(exercise, "the answer should be a function my_train_loop(config).")
+    print(f"Exercise {exercise}: training your function on 2 workers for 3 short epochs (about a minute)...")
+    record = fitcheck.run(train_fn, f"exercise-{exercise.replace('.', '-')}")
+    problems = migration_problems(record)
+    if problems:
+        raise _wrong(exercise, "your function ran, but\n" + "\n".join(f"- {p}" for p in problems))
+    losses = record.losses(0)
+    return _right(
+        exercise,
+        f"both ranks reported every epoch, rank 0 alone checkpointed, set_epoch ran each epoch, each "
+        f"worker trained on batches of {record.global_batch // record.num_workers}, and the loss fell "
+        f"from {losses[0]:.3f} to {losses[-1]:.3f}.",
     )
 
 

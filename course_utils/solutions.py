@@ -19,6 +19,7 @@ from course_utils.config import REPO_ROOT
 SOLUTIONS = REPO_ROOT / "notebooks" / "solutions"
 PLACEHOLDER = re.compile(r"^(?P<indent>[ \t]*)(?P<name>\w+) = \.\.\.[ \t]+# YOUR ANSWER\b.*$", re.M)
 _HEADING = re.compile(r"^## Exercise (?P<id>\d\d\.\d+)\b", re.M)
+_HINT = re.compile(r"^\*\*Hint:\*\*(?P<hint>.*?)(?:\n\s*\n|\Z)", re.M | re.S)
 _CODE = re.compile(r"```python\n(?P<code>.*?)```", re.S)
 ANSWERED_TAG = "answered-exercise"
 
@@ -47,6 +48,34 @@ def solutions(lesson: str) -> dict[str, str]:
             raise SolutionsError(f"{found[0].name}: Exercise {heading['id']} has no ```python block.")
         result[heading["id"]] = code["code"]
     return result
+
+
+def _section(exercise: str) -> str:
+    """The text under ``## Exercise NN.k`` in the lesson's solutions file, up to the next heading."""
+    found = sorted(SOLUTIONS.glob(f"{exercise[:2]}_*.md"))
+    if len(found) != 1:
+        raise SolutionsError(f"Expected one notebooks/solutions/{exercise[:2]}_*.md, found {len(found)}.")
+    text = found[0].read_text()
+    headings = list(_HEADING.finditer(text))
+    for i, heading in enumerate(headings):
+        if heading["id"] == exercise:
+            end = headings[i + 1].start() if i + 1 < len(headings) else len(text)
+            return text[heading.end() : end]
+    raise SolutionsError(f"{found[0].name} has no '## Exercise {exercise}' section.")
+
+
+def hint(exercise: str) -> str:
+    """The ``**Hint:**`` paragraph of an exercise's solution section (a nudge, not the answer)."""
+    match = _HINT.search(_section(exercise))
+    if match is None:
+        raise SolutionsError(f"Exercise {exercise} has no **Hint:** paragraph in its solutions file.")
+    return " ".join(match["hint"].split())
+
+
+def solution(exercise: str) -> str:
+    """An exercise's published solution: its text without the hint (code block included)."""
+    section = _HINT.sub("", _section(exercise), count=1)
+    return section.split("\n", 1)[1].strip() if "\n" in section else section.strip()
 
 
 def exercise_cells(nb: dict[str, Any], lesson: str) -> list[tuple[int, list[str]]]:

@@ -1,0 +1,248 @@
+"""Run a learner's per-worker training function for real, and record what each rank did.
+
+The exercise checks of lessons 02 and 04 use it. A short 2-worker ``TorchTrainer.fit`` on a few
+hundred digits runs the learner's function inside a recorder that watches, on every rank, the
+calls a correct loop makes: ``ray.train.report`` (and whether it carried a checkpoint),
+``DistributedSampler.set_epoch``, the batch size the model trains on, and optimizer steps. The
+check then reads the record and says in plain words what is wrong. The recorder never changes
+what the function does; it can crash one rank once (``crash_step``) to test resumption.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+# Short collective timeouts, so a rank that skips ``report`` fails the check in seconds, not never.
+COLLECTIVE_ENV = {"RAY_TRAIN_COLLECTIVE_WARN_INTERVAL_S": "5", "RAY_TRAIN_COLLECTIVE_TIMEOUT_S": "20"}
+
+
+@dataclass
+class FitRecord:
+    """What happened in one checked fit: per-rank events, tagged with the attempt they ran in."""
+
+    error: BaseException | None
+    result: Any  # ray.train.Result, or None when the fit failed
+    epochs: int
+    global_batch: int
+    num_workers: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def of(self, kind: str, rank: int | None = None, attempt: int | None = None) -> list[dict[str, Any]]:
+        """The events of one kind, optionally of one rank and one attempt, in order."""
+        return [
+            e
+            for e in self.events
+            if e["kind"] == kind
+            and (rank is None or e["rank"] == rank)
+            and (attempt is None or e["attempt"] == attempt)
+        ]
+
+    @property
+    def attempts(self) -> int:
+        """How many times the worker group started the function (1 + restarts)."""
+        return max((e["attempt"] for e in self.of("start")), default=0)
+
+    def reports(self, rank: int, attempt: int | None = None) -> list[dict[str, Any]]:
+        """``{"metrics": ..., "checkpoint": bool}`` of each ``ray.train.report`` call of ``rank``."""
+        return self.of("report", rank, attempt)
+
+    def set_epochs(self, rank: int, attempt: int | None = None) -> list[int]:
+        """The epochs ``rank`` passed to ``DistributedSampler.set_epoch``, in order."""
+        return [e["epoch"] for e in self.of("set_epoch", rank, attempt)]
+
+    def batch_sizes(self, rank: int) -> set[int]:
+        """Sizes of the batches ``rank``'s model trained on."""
+        return {size for e in self.of("batches", rank) for size in e["sizes"]}
+
+    def losses(self, rank: int = 0) -> list[float]:
+        """``train_loss`` of each of ``rank``'s reports that carried one."""
+        return [r["metrics"]["train_loss"] for r in self.reports(rank) if "train_loss" in r["metrics"]]
+
+
+def _recorder_class():
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class Recorder:
+        """Collects events from every rank; numbers each rank's starts (its attempt)."""
+
+        def __init__(self) -> None:
+            self.events: list[dict[str, Any]] = []
+            self.starts: dict[int, int] = defaultdict(int)
+
+        def start(self, rank: int) -> int:
+            self.starts[rank] += 1
+            self.events.append({"kind": "start", "rank": rank, "attempt": self.starts[rank]})
+            return self.starts[rank]
+
+        def add(self, events: list[dict[str, Any]]) -> None:
+            self.events.extend(events)
+
+        def all(self) -> list[dict[str, Any]]:
+            return self.events
+
+    return Recorder
+
+
+@contextmanager
+def _patched(target: Any, name: str, replacement: Any) -> Iterator[None]:
+    original = getattr(target, name)
+    setattr(target, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(target, name, original)
+
+
+def recorded_loop(config: dict[str, Any]) -> None:
+    """The per-worker function the checked fit runs: the learner's function under the recorder.
+
+    The learner's function travels pickled and is unpickled here, after ``ray.train.report`` is
+    wrapped, so a ``from ray.train import report`` in the learner's cell is watched too.
+    """
+    import cloudpickle
+    import ray
+    import ray.train
+    import torch
+    from torch.utils.data import DistributedSampler
+
+    settings = config.pop("_fitcheck")
+    recorder = settings["recorder"]
+    rank = ray.train.get_context().get_world_rank()
+    attempt = ray.get(recorder.start.remote(rank))
+    pending: list[dict[str, Any]] = []
+    sizes: set[int] = set()
+    steps = 0
+
+    def event(kind: str, **values: Any) -> dict[str, Any]:
+        return {"kind": kind, "rank": rank, "attempt": attempt, **values}
+
+    def flush() -> None:
+        if sizes:
+            pending.append(event("batches", sizes=sorted(sizes)))
+            sizes.clear()
+        if pending:
+            ray.get(recorder.add.remote(list(pending)))
+            pending.clear()
+
+    real_report = ray.train.report
+
+    def report(metrics: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        checkpoint = kwargs.get("checkpoint", args[0] if args else None)
+        plain = {k: v for k, v in dict(metrics).items() if isinstance(v, int | float | str | bool)}
+        pending.append(event("report", metrics=plain, checkpoint=checkpoint is not None, steps=steps))
+        flush()
+        return real_report(metrics, *args, **kwargs)
+
+    real_set_epoch = DistributedSampler.set_epoch
+
+    def set_epoch(sampler: Any, epoch: int) -> None:
+        pending.append(event("set_epoch", epoch=int(epoch)))
+        real_set_epoch(sampler, epoch)
+
+    def on_forward(module: torch.nn.Module, args: tuple) -> None:
+        if module.training and type(module).__name__ == "ResNet" and args and hasattr(args[0], "shape"):
+            sizes.add(int(args[0].shape[0]))
+
+    def on_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        nonlocal steps
+        steps += 1
+        if settings.get("crash_step") == steps and rank == settings.get("crash_rank", 1) and attempt == 1:
+            from course_utils.faults import InjectedFault
+
+            print(f"[check] crashing rank {rank} at its step {steps}, once", flush=True)
+            flush()
+            raise InjectedFault(f"the check crashed rank {rank} at step {steps} on purpose")
+
+    forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(on_forward)
+    step_hook = torch.optim.optimizer.register_optimizer_step_post_hook(on_step)
+    try:
+        with _patched(ray.train, "report", report), _patched(DistributedSampler, "set_epoch", set_epoch):
+            learner_fn = cloudpickle.loads(settings["fn"])
+            learner_fn(config)
+    finally:
+        forward_hook.remove()
+        step_hook.remove()
+        pending.append(event("end", steps=steps))
+        flush()
+
+
+def run(
+    train_fn: Callable[[dict[str, Any]], None],
+    name: str,
+    *,
+    train_size: int = 512,
+    test_size: int = 256,
+    epochs: int = 3,
+    global_batch: int = 64,
+    num_workers: int = 2,
+    max_failures: int = 0,
+    crash_step: int | None = None,
+) -> FitRecord:
+    """Fit ``train_fn`` on ``num_workers`` CPU workers with a small profile, as run ``name``.
+
+    The run starts fresh (an earlier run of that name is removed) and writes to the learner's
+    course storage like every lesson. ``crash_step`` makes rank 1 raise once, at that optimizer
+    step of the first attempt (use with ``max_failures=1``). A failed fit is recorded, not raised.
+    """
+    import cloudpickle
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from course_utils import storage, training
+    from course_utils.config import get_profile
+
+    if not ray.is_initialized():
+        raise RuntimeError("Ray is not running: run the lesson's setup cell (session.start_ray()) first.")
+    profile = get_profile().with_(
+        train_size=train_size, test_size=test_size, epochs=epochs, batch_size=global_batch
+    )
+    recorder = _recorder_class().remote()
+    config = training.loop_config(profile)
+    config["_fitcheck"] = {"recorder": recorder, "fn": cloudpickle.dumps(train_fn), "crash_step": crash_step}
+    storage.reset_run(name)
+    storage_path, storage_filesystem = storage.ray_storage()
+    trainer = TorchTrainer(
+        recorded_loop,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=False),
+        run_config=RunConfig(
+            name=name,
+            storage_path=storage_path,
+            storage_filesystem=storage_filesystem,
+            checkpoint_config=CheckpointConfig(num_to_keep=1),
+            failure_config=FailureConfig(max_failures=max_failures),
+        ),
+    )
+    saved = {key: os.environ.get(key) for key in COLLECTIVE_ENV}
+    os.environ.update(COLLECTIVE_ENV)  # read from the driver's environment when the fit starts
+    error, result = None, None
+    try:
+        result = trainer.fit()
+    except Exception as exc:  # TrainingFailedError and friends: the check explains them
+        error = exc
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    events = ray.get(recorder.all.remote())
+    ray.kill(recorder)
+    return FitRecord(error, result, epochs, global_batch, num_workers, events)
+
+
+def failure_summary(error: BaseException) -> str:
+    """The learner's own exception from a failed fit, as one line (``Type: message``)."""
+    worker_errors = getattr(error, "worker_failures", None) or {}
+    for rank, exc in sorted(worker_errors.items()):
+        lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+        return f"rank {rank}: {lines[-1].strip() if lines else type(exc).__name__}"
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
