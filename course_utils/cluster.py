@@ -6,6 +6,11 @@ each ``--block``-ing in its own process group, with its own ``--temp-dir``, loop
 ``stop()`` ends exactly those process groups and nothing else: never ``ray stop``, which stops
 every Ray on the machine.
 
+``ExtraNode`` / ``add_local_nodes`` (lesson 04's elastic demo) start one more Ray node on this
+machine and join it to the Ray this process already runs or connected to; ``stop()`` kills
+exactly that node's process group. This module starts and ends Ray processes;
+``course_utils.session`` connects to Ray and queries it.
+
 Connect a course process to it with ``RAY_ADDRESS=<cluster.address>``: ``session.start_ray()``
 then joins the cluster instead of starting Ray. Every node here sees the same disk, so a
 local ``COURSE_STORAGE`` folder counts as shared storage; on real machines it would not.
@@ -17,15 +22,15 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from course_utils.session import _NODE_PORT_FLAGS, _free_port
 
 
 @dataclass
@@ -69,9 +74,9 @@ class LocalCluster:
             f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
             f"--temp-dir={temp_dir}",
             f"--node-ip-address={node_ip(index)}",
-            f"--node-manager-port={_free_port()}",
-            f"--object-manager-port={_free_port()}",
-            *(f"--{flag}={_free_port()}" for flag in _NODE_PORT_FLAGS),
+            f"--node-manager-port={free_port()}",
+            f"--object-manager-port={free_port()}",
+            *(f"--{flag}={free_port()}" for flag in _NODE_PORT_FLAGS),
             "--block",
             "--disable-usage-stats",
         ]
@@ -96,7 +101,7 @@ class LocalCluster:
         """
         self.temp_root = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))
         for attempt in range(1, attempts + 1):
-            port, dashboard_port = _free_port(), _free_port()
+            port, dashboard_port = free_port(), free_port()
             self.address = f"{node_ip(0)}:{port}"
             if self.dashboard:
                 self.dashboard_url = f"http://{node_ip(0)}:{dashboard_port}"
@@ -110,7 +115,7 @@ class LocalCluster:
                     f"--dashboard-host={node_ip(0)}",
                     f"--dashboard-port={dashboard_port}",  # checked even without a dashboard
                     "--no-monitor",  # no autoscaler: the nodes are fixed
-                    f"--ray-client-server-port={_free_port()}",
+                    f"--ray-client-server-port={free_port()}",
                 ],
             )
             if self._wait_started(head, 0, timeout_s):
@@ -237,3 +242,191 @@ def _end_group(process: subprocess.Popen, grace_s: float = 30.0) -> None:
             pass
     except ProcessLookupError:
         pass
+
+
+_NODE_PORT_FLAGS = (
+    "dashboard-agent-listen-port",
+    "dashboard-agent-grpc-port",
+    "runtime-env-agent-port",
+    "metrics-export-port",
+)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (for a node's or a server's flags)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ExtraNode:
+    """A second Ray node on this machine (``ray start --address ... --block``), to show elastic
+    training: Ray Train sizes an elastic worker group from the nodes' *total* resources, so
+    holding CPUs with an actor does not shrink it, but a node joining (or leaving) does.
+
+    The node runs in its own process group, which ``stop()`` ends; nothing else is touched.
+    This machine only: a local Ray, or a cluster whose head runs here (``add_local_nodes`` checks).
+    It advertises no GPUs by default (``num_gpus=0``): it shares this machine's GPUs with the
+    head, and counting them twice would put two ranks on one GPU.
+    """
+
+    def __init__(self, num_cpus: int = 1, resources: dict[str, float] | None = None, num_gpus: int = 0):
+        self.num_cpus, self.num_gpus, self.resources = num_cpus, num_gpus, dict(resources or {})
+        self.process = None
+        self.temp_dir: Path | None = None  # the node's own --temp-dir; deleted by stop() once it joined
+        self.log: Path | None = None  # the node's `ray start` output (in temp_dir)
+        self.node_id: str | None = None
+        self.error: BaseException | None = None
+        self.stopped_at: float | None = None
+
+    def start(self, timeout_s: float = 120.0) -> ExtraNode:
+        """Start the node and wait until the cluster lists it alive."""
+        import ray
+
+        before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        ray_cli = Path(sys.executable).with_name("ray")
+        # A temp dir of its own (short: Ray's unix sockets live under it). Sharing the head's would
+        # make this node's log monitor replay every earlier worker's output into the notebook, and
+        # `ray start` would record this cluster as the machine's default one for any later ray.init().
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="rx-", dir="/tmp"))
+        self.log = self.temp_dir / "ray-start.log"
+        fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.process = subprocess.Popen(
+            [
+                str(ray_cli),
+                "start",
+                f"--address={ray.get_runtime_context().gcs_address}",
+                f"--num-cpus={self.num_cpus}",
+                f"--num-gpus={self.num_gpus}",
+                f"--resources={json.dumps(self.resources)}",
+                f"--temp-dir={self.temp_dir}",
+                "--block",
+                "--disable-usage-stats",
+                # Fixed default ports (e.g. the dashboard agent's 52365) are taken by the head
+                # node on the same machine: give this node free ones.
+                *(f"--{flag}={free_port()}" for flag in _NODE_PORT_FLAGS),
+            ],
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop() ends exactly this node
+            # A loaded machine starts the node's agents slowly: give them longer than the default.
+            env={**os.environ, "RAY_ADDRESS": "", "RAY_agent_register_timeout_ms": "120000"},
+        )
+        os.close(fd)  # the node writes to its own copy of the descriptor
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            new = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] not in before]
+            if new:
+                self.node_id = new[0]["NodeID"]
+                print(f"[driver] node {self.node_id[:12]} joined with {self.resources or {}} ", flush=True)
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.5)
+        exited = self.process.poll() is not None
+        self.stop()
+        lines = [line.strip() for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
+        said = f": {lines[-1][:300]}" if lines else ""
+        raise RuntimeError(
+            "The extra Ray node did not join the cluster "
+            + ("(its `ray start` exited)" if exited else f"within {timeout_s:.0f} s")
+            + f"{said} (`ray start` output in {self.log})."
+        )
+
+    def start_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
+        """Start from a daemon thread once ``condition()`` is true (a node joining mid-run)."""
+        self._when(condition, self.start, poll_s, timeout_s)
+
+    def stop_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
+        """Stop from a daemon thread once ``condition()`` is true (a node lost mid-run)."""
+        self._when(condition, self.stop, poll_s, timeout_s)
+
+    def _when(self, condition, action, poll_s: float, timeout_s: float) -> None:
+        def wait() -> None:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                try:
+                    if condition():
+                        break
+                except Exception:  # a condition that fails now may hold later (file mid-write)
+                    pass
+                time.sleep(poll_s)
+            try:
+                action()
+            except Exception as exc:  # a thread must not fail silently: keep it for the caller
+                self.error = exc
+                print(f"[driver] extra node: {action.__name__} failed: {exc}", flush=True)
+
+        threading.Thread(target=wait, name="extra-node", daemon=True).start()
+
+    def stop(self) -> None:
+        """End the node abruptly, like a machine losing power: SIGKILL its process group (idempotent)."""
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait(timeout=30)
+            self.stopped_at = time.time()
+            print("[driver] extra node killed: its processes, and the worker on it, are gone", flush=True)
+        if self.node_id and self.temp_dir is not None:  # it joined: nothing in its start-up output to read
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def _is_this_machine(host: str) -> bool:
+    """True when ``host`` is an address of this machine (a socket can bind to it here)."""
+    try:
+        with socket.socket() as s:
+            s.bind((socket.gethostbyname(host), 0))
+        return True
+    except OSError:
+        return False
+
+
+def extra_node_blocker() -> str | None:
+    """Why an ``ExtraNode`` cannot join this process's Ray from this machine, in one line; or None.
+
+    A local Ray always can. A cluster we connected to (``RAY_ADDRESS``) can when its head runs on
+    this machine (a host trying the course, ``cluster.LocalCluster``). When the head is elsewhere,
+    adding this machine as a node would let a shared cluster schedule other people's work here,
+    and killing it would not be a node of that cluster leaving: the demo is not run.
+    """
+    import ray
+
+    if not os.environ.get("RAY_ADDRESS"):
+        return None
+    address = ray.get_runtime_context().gcs_address
+    if _is_this_machine(address.rsplit(":", 1)[0]):
+        return None
+    return (
+        f"the cluster at {address} runs on other machines, and this demo would add this machine to it as a "
+        "node and kill that node (on a cluster of your own, stop a worker node during an elastic run instead)"
+    )
+
+
+def add_local_nodes(
+    count: int, num_cpus: int = 1, resources: dict[str, float] | None = None
+) -> tuple[list[ExtraNode], str | None]:
+    """Start ``count`` ``ExtraNode``s and return ``(nodes, None)``, or ``([], why not)`` in one line.
+
+    On a local Ray a node that fails to join raises (a bug to see). On a cluster we connected to,
+    the reason is returned instead (``extra_node_blocker``, or the node's own error), so the
+    section that needs the nodes can say in one line why it is skipped there.
+    """
+    import ray
+
+    reason = extra_node_blocker()
+    if reason:
+        return [], reason
+    nodes: list[ExtraNode] = []
+    try:
+        for _ in range(count):
+            nodes.append(ExtraNode(num_cpus=num_cpus, resources=resources).start())
+    except RuntimeError as err:
+        for node in nodes:
+            node.stop()
+        if not os.environ.get("RAY_ADDRESS"):
+            raise
+        address = ray.get_runtime_context().gcs_address
+        return [], f"a Ray node started on this machine could not join the cluster at {address}: {err}"
+    return nodes, None

@@ -33,10 +33,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from course_utils.cluster import _end_group
+from course_utils.cluster import _end_group, free_port
 from course_utils.config import REPO_ROOT
 from course_utils.run_course import KERNEL
-from course_utils.session import _free_port
 from tests.notebook_runs import BROWSER as BROWSER_PATH
 from tests.notebook_runs import LESSONS
 
@@ -105,7 +104,7 @@ def lab(chromium):
         shutil.copy2(lesson, root / lesson.name)
     jupyter_state = OUT / "jupyter"  # user settings and workspaces of this run only
     token = uuid.uuid4().hex
-    port = _free_port()
+    port = free_port()
     log = OUT / "jupyterlab.log"
     env = {**os.environ, "COURSE_PROFILE": os.environ.get("COURSE_TEST_PROFILE", "smoke")}
     with log.open("w") as log_file:

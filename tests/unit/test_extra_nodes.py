@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import ray
 
-from course_utils import faults, session
+from course_utils import cluster, faults
 from tests.notebook_runs import CLUSTER as CLUSTER_PATH
 
 
@@ -30,22 +30,22 @@ def cluster_at(monkeypatch):
 
 def test_a_local_ray_can_always_take_a_node(cluster_at):
     cluster_at(None)
-    assert session.extra_node_blocker() is None
+    assert cluster.extra_node_blocker() is None
 
 
 @pytest.mark.path(CLUSTER_PATH)
 @pytest.mark.parametrize("host", ["127.0.0.2", "localhost"])
 def test_a_connected_cluster_whose_head_runs_here_can_take_one(cluster_at, host):
     cluster_at(f"{host}:6379")
-    assert session.extra_node_blocker() is None
+    assert cluster.extra_node_blocker() is None
 
 
 @pytest.mark.path(CLUSTER_PATH)
 def test_a_remote_cluster_is_skipped_in_one_line(cluster_at, monkeypatch):
     cluster_at("192.0.2.77:6379")  # TEST-NET-1: never an address of this machine
     started = []
-    monkeypatch.setattr(session.ExtraNode, "start", lambda self, **kw: started.append(self) or self)
-    nodes, reason = session.add_local_nodes(2, resources={"slot": 1})
+    monkeypatch.setattr(cluster.ExtraNode, "start", lambda self, **kw: started.append(self) or self)
+    nodes, reason = cluster.add_local_nodes(2, resources={"slot": 1})
     assert nodes == [] and not started, "nothing is started for a cluster on other machines"
     assert reason.startswith("the cluster at 192.0.2.77:6379 runs on other machines") and "\n" not in reason
 
@@ -61,9 +61,9 @@ def test_a_node_that_cannot_join_a_connected_cluster_is_a_reason_not_a_traceback
             raise RuntimeError("The extra Ray node did not join the cluster within 120 s: version mismatch")
         return self
 
-    monkeypatch.setattr(session.ExtraNode, "start", start)
-    monkeypatch.setattr(session.ExtraNode, "stop", lambda self: stopped.append(self))
-    nodes, reason = session.add_local_nodes(2, resources={"slot": 1})
+    monkeypatch.setattr(cluster.ExtraNode, "start", start)
+    monkeypatch.setattr(cluster.ExtraNode, "stop", lambda self: stopped.append(self))
+    nodes, reason = cluster.add_local_nodes(2, resources={"slot": 1})
     assert nodes == [] and stopped == calls[:1], "the node that did join is stopped again"
     assert "could not join the cluster at 127.0.0.2:6379" in reason and "version mismatch" in reason
 
@@ -74,14 +74,14 @@ def test_locally_a_node_that_cannot_join_raises(cluster_at, monkeypatch):
     def start(self, **kw):
         raise RuntimeError("did not join")
 
-    monkeypatch.setattr(session.ExtraNode, "start", start)
+    monkeypatch.setattr(cluster.ExtraNode, "start", start)
     with pytest.raises(RuntimeError, match="did not join"):
-        session.add_local_nodes(1)
+        cluster.add_local_nodes(1)
 
 
 def test_extra_nodes_advertise_no_gpus_and_start_with_the_requested_resources(cluster_at, monkeypatch):
     cluster_at(None)
-    node = session.ExtraNode(num_cpus=1, resources={"slot": 1})
+    node = cluster.ExtraNode(num_cpus=1, resources={"slot": 1})
     assert (node.num_cpus, node.num_gpus, node.resources) == (1, 0, {"slot": 1})
     commands = []
 
