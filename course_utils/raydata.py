@@ -16,7 +16,7 @@ Two ways to preprocess, same values:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ import torch
 
 from course_utils import checkpoints, data, ownership, training
 from course_utils.config import Profile, get_profile, learner_storage_root, storage_root
-from course_utils.model import build_resnet18, unwrap
+from course_utils.model import unwrap
 
 IMAGE, LABEL = "image", "label"
 REQUIRED_COLUMNS = (IMAGE, LABEL)
@@ -240,103 +240,66 @@ def training_dataset(path: str | Path):
 # --------------------------------------------------------------------------- training loop
 
 
-def torch_batches(shard, batch_size: int, device: torch.device, shuffle_buffer: int | None, seed: int | None):
-    """A shard's dict batches as ``(images, labels)`` tensors on ``device``, so the course's
-    ``train_one_epoch`` (written for a DataLoader) consumes Ray Data unchanged.
-
-    ``shuffle_buffer`` rows are mixed locally on each worker as batches are drawn (no data moves
-    between workers); pass a new ``seed`` each epoch for a new order each epoch."""
-    for batch in shard.iter_torch_batches(
-        batch_size=batch_size,
-        dtypes={IMAGE: torch.float32, LABEL: torch.int64},
-        device=device,
-        local_shuffle_buffer_size=shuffle_buffer,
-        local_shuffle_seed=seed,
-    ):
+def image_label_pairs(
+    batches: Iterable[dict[str, torch.Tensor]],
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Ray Data's dict batches ``{"image": ..., "label": ...}`` as the ``(images, labels)`` pairs
+    lesson 01's ``train_one_epoch`` takes; a batch without those columns is a clear error."""
+    for batch in batches:
         check_columns(_Names(batch), what="training batch")
         yield batch[IMAGE], batch[LABEL]
 
 
 def train_loop_ray_data(config: dict[str, Any]) -> None:
-    """What each Ray Train worker runs when the data comes from ``datasets={"train": ...}``.
-
-    The same model, optimiser, evaluation, checkpointing and reporting as
-    ``training.train_loop_per_worker``; only the training batches differ: they stream from
-    ``ray.train.get_dataset_shard("train")``, already preprocessed by Ray Data tasks.
-    """
+    """Lesson 02's loop with the training batches streamed from this worker's Ray Data shard."""
     import ray.train
-    import ray.train.torch
 
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    batch = training.per_worker_batch(config["batch_size"], world)
-    torch.manual_seed(config["seed"])
+    worker = training.setup_worker(config)
+    # Ray Train: this worker's part of datasets={"train": ...}, preprocessed by Ray Data tasks.
     shard = ray.train.get_dataset_shard("train")
-    if shard is None:
-        raise DatasetColumnsError('No "train" dataset: pass TorchTrainer(datasets={"train": ds}).')
-    # Evaluation stays lesson 02's: every rank scores the whole held-out test split.
-    test_ds = data.take(data.mnist(False, config["data_root"]), config["test_size"], config["seed"])
-    test_loader = data.make_loader(test_ds, 512, shuffle=False)
-
-    model = ray.train.torch.prepare_model(build_resnet18())
-    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    state = checkpoints.restore(model, optimizer, map_location=device)
-    start_epoch = state["epoch"] + 1 if state else 0
-    history = state["history"] if state else []
-    print(f"[rank {rank}/{world}] Ray Data shard, device={device}, per-worker batch={batch}", flush=True)
-
-    for epoch in range(start_epoch, config["epochs"]):
-        counter = RowCounter()
+    history = []
+    for epoch in range(config["epochs"]):
         start = time.perf_counter()
-        train_loss = training.train_one_epoch(
-            model,
-            counter.count(
-                torch_batches(
-                    shard,
-                    batch,
-                    device,
-                    config.get("shuffle_buffer"),
-                    # A different seed each epoch and rank: every epoch shuffles differently.
-                    None if config.get("shuffle_buffer") is None else config["seed"] + 1000 * epoch + rank,
-                )
-            ),
-            optimizer,
-            device,
+        batches = shard.iter_torch_batches(
+            batch_size=worker.batch,
+            dtypes={IMAGE: torch.float32, LABEL: torch.int64},
+            device=worker.device,  # batches arrive on this worker's device
+            local_shuffle_buffer_size=config["shuffle_buffer"],  # rows mixed on this worker, no network
+            local_shuffle_seed=config["seed"] + epoch,  # a new order every epoch
         )
-        seconds = time.perf_counter() - start
-        training.report_epoch(
-            model,
-            optimizer,
-            epoch,
-            history,
-            train_loss=train_loss,
-            seconds=seconds,
-            images=round(training._mean_across_workers(counter.rows, device) * world),
-            test_loader=test_loader,
-            device=device,
-            extra={"rows_seen_rank": counter.rows},
+        train_loss, images = training.train_one_epoch(
+            worker.model, image_label_pairs(batches), worker.optimizer, worker.device
         )
+        metrics = worker.epoch_metrics(epoch, train_loss, images, time.perf_counter() - start)
+        metrics["rows_seen_rank"] = images  # this rank's share of the epoch's rows
+        history.append(metrics)
+        # Every rank reports (report is a barrier); only rank 0 attaches a checkpoint.
+        with checkpoints.rank0_checkpoint(worker.rank, worker.state(epoch, history)) as checkpoint:
+            ray.train.report(metrics, checkpoint=checkpoint)
+        if worker.rank == 0:
+            print(
+                f"[rank 0] epoch {epoch}: train_loss={train_loss:.4f} accuracy={metrics['accuracy']:.3f}",
+                flush=True,
+            )
 
 
-class RowCounter:
-    """Counts the rows a rank trained on in an epoch (a shard's size is not known up front)."""
-
-    def __init__(self) -> None:
-        self.rows = 0
-
-    def count(self, batches: Iterable[tuple[torch.Tensor, torch.Tensor]]):
-        for images, labels in batches:
-            self.rows += len(labels)
-            yield images, labels
+# Rows each worker mixes in its local shuffle buffer (lesson 03, section 09).
+SHUFFLE_BUFFER = 1000
 
 
-def make_trainer(name: str, dataset, profile: Profile | None = None, **kwargs: Any):
+def make_trainer(
+    name: str, dataset, profile: Profile | None = None, *, shuffle_buffer: int = SHUFFLE_BUFFER, **kwargs: Any
+):
     """``training.make_trainer`` with the Ray Data loop and ``datasets={"train": dataset}``."""
     check_columns(dataset.schema())
     profile = profile or get_profile()
     return training.make_trainer(
-        name, profile, train_loop=train_loop_ray_data, datasets={"train": dataset}, **kwargs
+        name,
+        profile,
+        train_loop=train_loop_ray_data,
+        datasets={"train": dataset},
+        shuffle_buffer=shuffle_buffer,
+        **kwargs,
     )
 
 

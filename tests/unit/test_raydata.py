@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from course_utils import config, data, raydata, training
+from course_utils import checkpoints, config, data, raydata, training
 from course_utils.bench.ingest import DigitsDataset
 
 
@@ -164,30 +164,90 @@ class FakeShard:
             yield {name: batch[key] for name, key in zip(self.columns, ("image", "label"), strict=True)}
 
 
-def test_torch_batches_feeds_train_one_epoch(digits):
+def _shard(digits, rows: int = 64) -> FakeShard:
     images, labels = digits
-    out = raydata.normalise_batch({"image": images[:64], "label": labels[:64]})
-    shard = FakeShard(torch.from_numpy(out["image"]), torch.from_numpy(out["label"]))
+    out = raydata.normalise_batch({"image": images[:rows], "label": labels[:rows]})
+    return FakeShard(torch.from_numpy(out["image"]), torch.from_numpy(out["label"]))
+
+
+def test_image_label_pairs_feeds_train_one_epoch(digits):
+    shard = _shard(digits)
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    counter = raydata.RowCounter()
-    batches = raydata.torch_batches(shard, 16, torch.device("cpu"), shuffle_buffer=32, seed=7)
-    first = training.train_one_epoch(model, counter.count(batches), optimizer, torch.device("cpu"))
-    again = raydata.torch_batches(shard, 16, torch.device("cpu"), shuffle_buffer=32, seed=8)
-    second = training.train_one_epoch(model, again, optimizer, torch.device("cpu"))
-    assert counter.rows == 64
+    cpu = torch.device("cpu")
+    first, images = training.train_one_epoch(
+        model, raydata.image_label_pairs(shard.iter_torch_batches(batch_size=16)), optimizer, cpu
+    )
+    second, _ = training.train_one_epoch(
+        model, raydata.image_label_pairs(shard.iter_torch_batches(batch_size=16)), optimizer, cpu
+    )
+    assert images == 64
     assert np.isfinite(first) and second < first
-    assert shard.calls[0]["dtypes"] == {"image": torch.float32, "label": torch.int64}
-    assert shard.calls[0]["batch_size"] == 16
-    assert (shard.calls[0]["local_shuffle_buffer_size"], shard.calls[0]["local_shuffle_seed"]) == (32, 7)
 
 
-def test_torch_batches_wrong_columns_is_a_clear_error(digits):
-    images, labels = digits
+def test_image_label_pairs_wrong_columns_is_a_clear_error():
     shard = FakeShard(torch.zeros(4, 1, 28, 28), torch.zeros(4), columns=("x", "y"))
     with pytest.raises(raydata.DatasetColumnsError) as info:
-        next(raydata.torch_batches(shard, 2, torch.device("cpu"), None, None))
+        next(raydata.image_label_pairs(shard.iter_torch_batches(batch_size=2)))
     assert "training batch" in str(info.value)
+
+
+def test_train_loop_ray_data_streams_the_shard_and_reports_every_epoch(digits, mnist_root, monkeypatch):
+    """The lesson 03 loop on one fake worker: Ray Train's calls stand in, the training is real."""
+    import ray.train
+    import ray.train.torch
+
+    shard = _shard(digits)
+    reports = []
+
+    class OneWorker:
+        def get_world_rank(self):
+            return 0
+
+        def get_world_size(self):
+            return 1
+
+    def report(metrics, checkpoint=None):
+        saved = checkpoints.load_state(checkpoint) if checkpoint is not None else None
+        reports.append((metrics, saved))
+
+    def no_restore():
+        raise AssertionError("lesson 03's loop does not restore (that is lesson 04)")
+
+    monkeypatch.setattr(ray.train, "get_context", OneWorker)
+    monkeypatch.setattr(ray.train, "get_dataset_shard", {"train": shard}.get)
+    monkeypatch.setattr(ray.train, "get_checkpoint", no_restore)
+    monkeypatch.setattr(ray.train, "report", report)
+    monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(ray.train.torch, "prepare_model", lambda model: model)
+    profile = config.SMOKE.with_(epochs=2, train_size=64, test_size=32, batch_size=16)
+    raydata.train_loop_ray_data(training.loop_config(profile, data_root=mnist_root, shuffle_buffer=32))
+
+    assert [call["batch_size"] for call in shard.calls] == [16, 16]  # one worker: the whole batch
+    assert {call["device"] for call in shard.calls} == {torch.device("cpu")}
+    assert shard.calls[0]["dtypes"] == {"image": torch.float32, "label": torch.int64}
+    assert [call["local_shuffle_buffer_size"] for call in shard.calls] == [32, 32]
+    seeds = [call["local_shuffle_seed"] for call in shard.calls]
+    assert seeds[0] != seeds[1], "every epoch shuffles differently"
+    assert [metrics["epoch"] for metrics, _ in reports] == [0, 1]
+    assert all(metrics["rows_seen_rank"] == 64 for metrics, _ in reports)
+    assert set(reports[0][0]) >= set(training.REPORTED_METRICS) | {"rows_seen_rank"}
+    assert [saved["epoch"] for _, saved in reports] == [0, 1]  # rank 0 attaches a checkpoint
+    assert [row["epoch"] for row in reports[1][1]["history"]] == [0, 1]
+
+
+def test_make_trainer_defaults_the_shuffle_buffer(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(training, "make_trainer", lambda name, profile, **kwargs: seen.update(kwargs))
+    schema = pa.schema([("image", pa.binary()), ("label", pa.int64())])
+
+    class Dataset:
+        def schema(self):
+            return schema
+
+    raydata.make_trainer("lesson03-unit", Dataset(), config.SMOKE)
+    assert seen["train_loop"] is raydata.train_loop_ray_data
+    assert seen["shuffle_buffer"] == raydata.SHUFFLE_BUFFER
 
 
 def test_measure_ingest_table_on_dataloaders(digits):
