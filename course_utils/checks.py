@@ -449,6 +449,183 @@ def check_resume_epoch(answer: Any, history: Any, exercise: str = "04.3") -> boo
     )
 
 
+# A resumed attempt's first epoch trains on the checkpoint's weights: its loss is well under this
+# share of the fresh start's epoch-0 loss (3 epochs, 512 digits); fresh weights stay near 1.0.
+RESUMED_LOSS = 0.85
+
+
+class _SettledFirstCheckpoint:
+    """The learner's function; on a fresh start rank 1 pauses ``pause_s`` after its first report.
+
+    Ray Train registers a reported checkpoint only when its controller next polls the workers
+    (every 2 s): a crash sooner than that after ``report`` loses the checkpoint, and the restart
+    would rightly start from scratch. The pause makes "resume from epoch 0's checkpoint" certain.
+    """
+
+    def __init__(self, fn: Callable[[dict[str, Any]], None], pause_s: float = 3.5):
+        self.fn, self.pause_s = fn, pause_s
+
+    def __call__(self, config: dict[str, Any]) -> None:
+        import time
+
+        import ray.train
+
+        if ray.train.get_context().get_world_rank() != 1 or ray.train.get_checkpoint() is not None:
+            self.fn(config)
+            return
+        report = ray.train.report  # fitcheck's recording report
+
+        def report_then_pause(*args: Any, **kwargs: Any) -> Any:
+            result = report(*args, **kwargs)
+            ray.train.report = report  # once
+            time.sleep(self.pause_s)
+            return result
+
+        ray.train.report = report_then_pause
+        try:
+            self.fn(config)
+        finally:
+            ray.train.report = report
+
+
+def _first_epoch(record: Any, attempt: int) -> int | None:
+    """The epoch rank 0 started ``attempt`` at: its first set_epoch, else its first report's epoch."""
+    set_epochs = record.set_epochs(0, attempt)
+    if set_epochs:
+        return set_epochs[0]
+    reports = record.reports(0, attempt)
+    if reports and "epoch" in reports[0]["metrics"]:
+        return int(reports[0]["metrics"]["epoch"])
+    return record.epochs - len(reports) if reports else None
+
+
+def _final_history(record: Any) -> list[int] | None:
+    """The epochs in the history of the run's last checkpoint, when it is a course checkpoint."""
+    from course_utils import checkpoints
+
+    checkpoint = getattr(record.result, "checkpoint", None)
+    if checkpoint is None:
+        return None
+    try:
+        history = checkpoints.load_state(checkpoint).get("history")
+        return [int(row["epoch"]) for row in history] if isinstance(history, list) else None
+    except Exception:  # the learner's own format: the reports are checked instead
+        return None
+
+
+def resumable_problems(record: Any, crash_step: int) -> list[str]:
+    """What a checked, crashed fit of a lesson 04 resumable function did wrong (empty: right)."""
+    from course_utils.fitcheck import failure_summary
+
+    crashed = any(e["steps"] >= crash_step for e in record.of("end", 1, 1))
+    if not crashed:
+        if record.error is not None:
+            return [
+                f"the fit failed before the check's crash: {failure_summary(record.error)}. Fix that first."
+            ]
+        steps = max((e["steps"] for e in record.of("end", 1, 1)), default=0)
+        return [
+            f"rank 1 took only {steps} optimizer steps in {record.epochs} epochs, so the check's crash (at its "
+            f"step {crash_step}, early in epoch 1) never came: train every epoch, on worker.batch-sized batches."
+        ]
+    saved = [r for r in record.of("report", attempt=1) if r["checkpoint"]]
+    if not saved:
+        return [
+            "no checkpoint was ever reported before the crash, so there was nothing to resume from: attach one "
+            "at the end of every epoch (with checkpoints.rank0_checkpoint(...) as checkpoint: "
+            "ray.train.report(metrics, checkpoint=checkpoint))."
+        ]
+    saved_epoch = int(saved[-1]["metrics"].get("epoch", len(record.reports(0, 1)) - 1))
+    expected = saved_epoch + 1
+    if record.error is not None:
+        return [
+            f"attempt 2 (after the check's crash) failed: {failure_summary(record.error)}. That is your "
+            "restore code's first run: the state holds 'model', 'optimizer', 'epoch' and 'history' "
+            "(checkpoints.load_state(checkpoint)); load the weights into unwrap(worker.model)."
+        ]
+    started = _first_epoch(record, 2)
+    first = record.reports(0, 1)[0]["metrics"].get("train_loss") if record.reports(0, 1) else None
+    resumed = record.reports(0, 2)[0]["metrics"].get("train_loss") if record.reports(0, 2) else None
+    trained_weights = None if first is None or resumed is None else resumed < RESUMED_LOSS * first
+    if started == 0:
+        if trained_weights:
+            return [
+                f"attempt 2 restored the weights but not the epoch: it trained epoch 0 again instead of "
+                f"continuing at epoch {expected}. Start the loop at the checkpoint's epoch + 1."
+            ]
+        return [
+            "attempt 2 started again at epoch 0, with fresh weights: your function ignores "
+            "ray.train.get_checkpoint(). Call it first; when it returns a checkpoint, load its state and "
+            "continue at its epoch + 1."
+        ]
+    if started != expected:
+        repeated = f" (it trained epoch {saved_epoch} twice)" if started == saved_epoch else ""
+        return [
+            f"attempt 2 started at epoch {started}{repeated}, but the checkpoint it resumed from holds epoch "
+            f"{saved_epoch}, finished: continue at its epoch + 1 ({expected})."
+        ]
+    problems = []
+    if trained_weights is False:
+        problems.append(
+            f"attempt 2 continued at epoch {expected} but with fresh weights (its loss {resumed:.3f} is no lower "
+            f"than the fresh start's {first:.3f}): load the checkpoint's 'model' into unwrap(worker.model), "
+            "and its 'optimizer' into worker.optimizer."
+        )
+    history = _final_history(record)
+    if history is not None and history != list(range(record.epochs)):
+        missing = sorted(set(range(record.epochs)) - set(history))
+        twice = sorted({e for e in history if history.count(e) > 1})
+        problems.append(
+            f"the final checkpoint's history has epochs {history}"
+            + (
+                f": epoch(s) {missing} are missing; restore the history from the checkpoint too"
+                if missing
+                else ""
+            )
+            + (f"; epoch(s) {twice} appear more than once" if twice else "")
+            + "."
+        )
+    return problems
+
+
+def check_resumable(train_fn: Any, exercise: str = "04.4") -> bool:
+    """Run the learner's per-worker function for real (2 workers, 512 digits, 3 epochs), crash rank 1
+    once early in epoch 1 (after epoch 0's checkpoint), and say whether attempt 2 resumed: at epoch 1,
+    with the trained weights, ending with a history of every epoch once."""
+    from course_utils import fitcheck
+
+    if _pending(exercise, train_fn):
+        return False
+    if not callable(train_fn):
+        raise _wrong(exercise, "the answer should be a function my_resumable_loop(config).")
+    epochs, train_size, global_batch = 3, 512, 64
+    crash_step = train_size // global_batch + 2  # each rank takes 8 steps an epoch: epoch 1's second step
+    print(
+        f"Exercise {exercise}: training your function on 2 workers for {epochs} short epochs; the check "
+        "crashes rank 1 once, early in epoch 1, and Ray Train restarts both (about a minute)...",
+        flush=True,
+    )
+    record = fitcheck.run(
+        _SettledFirstCheckpoint(train_fn),
+        f"exercise-{exercise.replace('.', '-')}",
+        train_size=train_size,
+        epochs=epochs,
+        global_batch=global_batch,
+        max_failures=1,
+        crash_step=crash_step,
+    )
+    problems = resumable_problems(record, crash_step)
+    if problems:
+        raise _wrong(exercise, "\n".join(f"- {p}" for p in problems))
+    first, resumed = (record.reports(0, attempt)[0]["metrics"]["train_loss"] for attempt in (1, 2))
+    return _right(
+        exercise,
+        f"attempt 1 checkpointed epoch 0 and crashed in epoch 1; attempt 2 continued at epoch 1 with the "
+        f"trained weights (its loss {resumed:.3f}, the fresh start's {first:.3f}), and the final history "
+        f"has every epoch once.",
+    )
+
+
 # --------------------------------------------------------------------------- lesson 05
 
 
