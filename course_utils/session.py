@@ -52,7 +52,7 @@ class RaySession:
         where = "existing cluster" if self.connected_to_existing else "local Ray"
         return (
             f"{where} at {self.address}: {self.nodes} node(s), {self.cpus:g} CPU slots, {self.gpus:g} GPUs; "
-            f"dashboard {self.dashboard_url or 'not running'}; worker logs in {self.logs or 'the head node'}"
+            f"dashboard {self.dashboard_url or 'not running'}; Ray's logs in {self.logs or 'the head node'}"
         )
 
 
@@ -122,15 +122,21 @@ def start_ray(
 
     connected = bool(os.environ.get("RAY_ADDRESS"))
     if not ray.is_initialized():
+        from course_utils import logs
+
         init_kwargs.setdefault("namespace", learner_namespace())
+        # Ray's INFO lines stay in its log folder (course_utils.logs); describe() names it.
+        init_kwargs.setdefault("logging_level", logs.DRIVER_LOG_LEVEL)
         env = dict(COURSE_ENV, **(SMOKE_ENV if profile_name(profile) == "smoke" else {}))
         for key, value in env.items():
             os.environ.setdefault(key, value)  # local workers inherit the driver's environment
+        # Every worker process of this job, on any node, runs the hook when it starts.
+        runtime_env = {"worker_process_setup_hook": logs.WORKER_SETUP_HOOK}
         if connected:
             import course_utils
 
             env = dict(env, **_course_settings(profile))
-            runtime_env = {"env_vars": env, "py_modules": [str(Path(course_utils.__file__).parent)]}
+            runtime_env.update(env_vars=env, py_modules=[str(Path(course_utils.__file__).parent)])
             ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, **init_kwargs)
         else:
             cpus = num_cpus or max(os.cpu_count() or 1, LOCAL_MIN_CPUS)
@@ -139,7 +145,7 @@ def start_ray(
             # `ray start` last recorded in /tmp/ray/ray_current_cluster (another notebook's or
             # test's), then fails with "num_cpus ... must not be provided".
             init_kwargs.setdefault("address", "local")
-            ray.init(num_cpus=cpus, **init_kwargs)
+            ray.init(num_cpus=cpus, runtime_env=runtime_env, **init_kwargs)
     session = _session(connected)
     if verbose:
         print(session.describe())

@@ -1,0 +1,64 @@
+"""Ray's own log lines go to the Ray session's log folder; a lesson's output shows the lesson's.
+
+Three sources of noise in a notebook, each sent to the log folder by the knob Ray has for it:
+
+- Ray Train's INFO lines (resources requested, worker group started, every
+  ``Reporting training result ...: TrainingReport(...)`` from every rank): the run's
+  ``RunConfig(logging_config=LoggingConfig(log_level="WARNING"))`` (``TRAIN_LOG_LEVEL``).
+  The console and app logs then keep warnings and errors only; the system logs
+  ``logs/train/ray-train-sys-*.log`` keep everything (ray/train/v2/_internal/logging/logging.py).
+  A failed rank's traceback is logged at ERROR, so a real failure still shows.
+- The driver's own ``ray.init`` INFO lines: ``ray.init(logging_level=DRIVER_LOG_LEVEL)``
+  (``start_ray`` passes it; the session line it prints names the address, dashboard and logs).
+- A traceback from Ray Train's ``PlacementGroupCleanerMonitor`` thread, which dies on a GCS
+  timeout under load (placement_group_cleaner.py catches only ``RayStateApiException``): the
+  worker setup hook below writes that one thread's traceback into ``logs/train/`` instead of
+  stderr. Every other thread's exception keeps Python's default hook.
+"""
+
+from __future__ import annotations
+
+import logging
+
+TRAIN_LOG_LEVEL = "WARNING"
+DRIVER_LOG_LEVEL = logging.WARNING
+# runtime_env["worker_process_setup_hook"]: every worker process of the job (the controller's
+# detached PlacementGroupCleaner included) imports and calls it when it starts.
+WORKER_SETUP_HOOK = "course_utils.logs.setup_worker"
+# Ray-internal threads whose uncaught exception is Ray's to log, not the lesson's to show.
+RAY_INTERNAL_THREADS = ("PlacementGroupCleanerMonitor",)
+
+
+def setup_worker() -> None:
+    """Send the uncaught exception of a Ray-internal thread to the log folder (see module doc)."""
+    import threading
+
+    default = threading.excepthook
+
+    def hook(args) -> None:
+        thread = getattr(args.thread, "name", "")
+        path = _internal_log(thread) if thread in RAY_INTERNAL_THREADS else None
+        if path is None:
+            default(args)
+            return
+        import traceback
+
+        with open(path, "a") as f:
+            f.write(f"Exception in thread {thread}:\n")
+            traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=f)
+
+    threading.excepthook = hook
+
+
+def _internal_log(thread: str) -> str | None:
+    """``<session>/logs/train/<thread>-<pid>.err``, or None outside a Ray worker."""
+    import os
+
+    try:
+        from ray._private.worker import _global_node  # the worker's node; no public getter
+
+        folder = os.path.join(_global_node.get_logs_dir_path(), "train")
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, f"{thread}-{os.getpid()}.err")
+    except Exception:
+        return None
