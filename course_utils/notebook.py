@@ -18,3 +18,29 @@ def show_source(obj) -> None:
         display(Markdown(f"`{obj.__module__}.{obj.__qualname__}`\n```python\n{source}\n```"))
     except ImportError:
         print(source)
+
+
+def with_printed_lines(fn):
+    """``fn``, changed to return ``(its result, the lines it printed)`` instead of printing them.
+
+    For a Ray task: its prints reach the notebook through Ray's log forwarding, a moment after
+    ``ray.get`` has returned, so in JupyterLab they can land under whichever cell runs next.
+    Returned with the result, the cell prints them itself, where they belong. If ``fn`` fails,
+    what it printed goes to the worker's stdout (its log file, forwarded) before the error.
+    """
+    import contextlib
+    import io
+
+    def run(*args, **kwargs):
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                result = fn(*args, **kwargs)
+        except BaseException:
+            print(printed.getvalue(), end="", flush=True)
+            raise
+        return result, printed.getvalue()
+
+    run.__name__ = run.__qualname__ = fn.__name__  # the task's name in the dashboard and logs
+    run.__doc__ = fn.__doc__
+    return run

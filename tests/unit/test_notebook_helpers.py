@@ -43,3 +43,25 @@ def test_committed_notebooks_have_no_outputs_and_the_course_kernel():
         for cell in nb["cells"]:
             if cell["cell_type"] == "code":
                 assert not cell["outputs"] and cell["execution_count"] is None, f"{path.name} has outputs"
+
+
+def test_with_printed_lines_returns_what_fn_printed(capsys):
+    import pytest
+
+    from course_utils.notebook import with_printed_lines
+
+    def talk(n):
+        print(f"epoch {n}")
+        return n * 2
+
+    run = with_printed_lines(talk)
+    assert run(3) == (6, "epoch 3\n") and run.__name__ == "talk"
+    assert capsys.readouterr().out == ""  # nothing printed on the way: the caller prints it
+
+    def fail():
+        print("got this far")
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError):
+        with_printed_lines(fail)()
+    assert capsys.readouterr().out == "got this far\n"  # a failure keeps what was printed
