@@ -1,0 +1,38 @@
+import threading
+
+from course_utils import logs
+
+
+def _crash_in(name: str) -> None:
+    def boom():
+        raise RuntimeError(f"boom in {name}")
+
+    thread = threading.Thread(target=boom, name=name)
+    thread.start()
+    thread.join()
+
+
+def _hooked(monkeypatch, log_path):
+    """setup_worker() over a recording hook (the one it must fall back to); restored after the test."""
+    seen = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.thread.name))
+    monkeypatch.setattr(logs, "_internal_log", lambda thread: log_path)
+    logs.setup_worker()
+    return seen
+
+
+def test_ray_internal_thread_traceback_goes_to_the_log_folder(tmp_path, monkeypatch):
+    log = tmp_path / "PlacementGroupCleanerMonitor.err"
+    seen = _hooked(monkeypatch, str(log))
+    _crash_in("PlacementGroupCleanerMonitor")
+    assert seen == []  # not on stderr
+    assert "Traceback (most recent call last)" in log.read_text()
+    assert "boom in PlacementGroupCleanerMonitor" in log.read_text()
+    _crash_in("the learner's thread")  # any other thread: the previous hook, as always
+    assert seen == ["the learner's thread"]
+
+
+def test_outside_a_ray_worker_nothing_is_hidden(monkeypatch):
+    seen = _hooked(monkeypatch, None)  # no Ray session: no log folder
+    _crash_in("PlacementGroupCleanerMonitor")
+    assert seen == ["PlacementGroupCleanerMonitor"]
