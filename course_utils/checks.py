@@ -616,7 +616,7 @@ def check_resumable(train_fn: Any, exercise: str = "04.4") -> bool:
     )
     problems = resumable_problems(record, crash_step)
     if problems:
-        raise _wrong(exercise, "\n".join(f"- {p}" for p in problems))
+        raise _wrong(exercise, "your function ran, but\n" + "\n".join(f"- {p}" for p in problems))
     first, resumed = (record.reports(0, attempt)[0]["metrics"]["train_loss"] for attempt in (1, 2))
     return _right(
         exercise,
