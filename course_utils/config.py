@@ -1,6 +1,11 @@
 """Course settings: the profile (smoke | full | auto) and where data and storage live.
 
-Environment overrides, read when a function is called (never at import time):
+Environment overrides, read when a function is called (never at import time). The getters here
+only compute names and paths: nothing is created or written. The course's folders are made (and
+checked for write access, and the learner's storage folder marked as the course's) where the
+course first writes: ``data.ensure_mnist`` for ``COURSE_DATA``, ``storage.prepare_learner_storage``
+for ``COURSE_STORAGE`` (called by ``session.start_ray``, ``storage.ray_storage``,
+``storage.local_output_dir`` and the Parquet export).
 
 - ``COURSE_PROFILE``: ``smoke``, ``full`` or ``auto`` (default ``auto``: ``full`` when a GPU
   is visible, else ``smoke``).
@@ -105,10 +110,8 @@ def get_profile(name: str | None = None, gpus: int | None = None) -> Profile:
 
 
 def data_root() -> Path:
-    """Folder that holds (or will hold) MNIST, from ``COURSE_DATA``; created if missing."""
-    root = Path(os.environ.get("COURSE_DATA") or REPO_ROOT / "data").expanduser().resolve()
-    _ensure_writable_dir(root, "COURSE_DATA")
-    return root
+    """Folder that holds (or will hold) MNIST, from ``COURSE_DATA`` (``data.ensure_mnist`` creates it)."""
+    return Path(os.environ.get("COURSE_DATA") or REPO_ROOT / "data").expanduser().resolve()
 
 
 def is_remote_uri(path: str) -> bool:
@@ -119,16 +122,14 @@ def is_remote_uri(path: str) -> bool:
 def storage_root() -> str:
     """Where Ray Train writes runs (``COURSE_STORAGE``): an absolute local path or a URI.
 
-    A local folder is created and checked for write access here, so a bad setting fails in
-    the first cell rather than minutes later inside a training worker.
+    ``storage.prepare_learner_storage`` creates a local folder and checks it is writable, so a
+    bad setting fails in the first cell (``session.start_ray``) rather than inside a worker.
     """
     raw = os.environ.get("COURSE_STORAGE") or str(REPO_ROOT / "storage")
     if is_remote_uri(raw):
         scheme, _, rest = raw.partition("://")
         return f"{scheme}://{rest.rstrip('/')}"  # "s3://" stays a URI (and fails as one: no bucket)
-    path = Path(raw).expanduser().resolve()
-    _ensure_writable_dir(path, "COURSE_STORAGE")
-    return str(path)
+    return str(Path(raw).expanduser().resolve())
 
 
 def s3_endpoint() -> str | None:
@@ -192,33 +193,13 @@ def learner_storage_root() -> str:
 
     Every run, output and Parquet copy of the course goes here (``storage.ray_storage`` hands
     it to ``RunConfig``), so learners sharing one ``COURSE_STORAGE`` never touch each other's
-    files. A local folder is created with its ownership record (``ownership.OWNER_FILE``), the
-    mark lesson 06 requires before it empties the folder; on ``s3://`` the record is written
-    by ``storage`` at the first storage call.
+    files. Only the name: ``storage.prepare_learner_storage`` creates the folder with its
+    ownership record (``ownership.OWNER_FILE``), the mark lesson 06 requires before it empties it.
     """
     root = storage_root()
     if is_remote_uri(root):
         return f"{root}/{learner_folder()}"
-    path = Path(root) / learner_folder()
-    if path.is_symlink():
-        raise CourseConfigError(
-            f"{path} is a symlink; the course keeps this learner's files in a real folder there. Remove the "
-            "link, or set COURSE_STORAGE (or COURSE_LEARNER) to use another folder."
-        )
-    _ensure_writable_dir(path, "COURSE_STORAGE")
-    from course_utils import ownership
-
-    ownership.claim_local(path, "learner folder")
-    return str(path)
-
-
-def local_output_dir(name: str) -> Path:
-    """A local folder for a lesson's plain files (CSV, model.pt): inside this learner's folder
-    of the course storage when that is a local path, else under the build folder."""
-    root = learner_storage_root()
-    path = (Path(root) if not is_remote_uri(root) else build_root()) / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return str(Path(root) / learner_folder())
 
 
 def build_root() -> Path:
@@ -226,7 +207,9 @@ def build_root() -> Path:
     return REPO_ROOT / "build"
 
 
-def _ensure_writable_dir(path: Path, variable: str) -> None:
+def ensure_writable_dir(path: Path, variable: str) -> None:
+    """Create ``path`` and prove it writable (a probe file), or raise a ``CourseConfigError``
+    naming the environment ``variable`` to change."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".write-test-{uuid.uuid4().hex}"

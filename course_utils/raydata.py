@@ -92,7 +92,7 @@ def write_parquet(images: np.ndarray, labels: np.ndarray, path: str | Path, num_
     fs, root = location(path)
     _clear_own_folder(fs, root, path)
     ownership.write_owner(fs, root, "parquet")  # creates the folder
-    if "://" in path and path.startswith(learner_storage_root() + "/"):
+    if path.startswith(learner_storage_root() + "/"):
         from course_utils import storage
 
         storage.learner_filesystem_and_root()  # marks the learner's folder as the course's too

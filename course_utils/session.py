@@ -118,8 +118,12 @@ def start_ray(
     """
     import ray
 
+    from course_utils import storage
     from course_utils.config import learner_namespace, profile_name
 
+    # Before any run or worker writes there: COURSE_STORAGE is writable and this learner's folder
+    # exists with its ownership record. A bad setting fails here, in the first cell.
+    storage.prepare_learner_storage()
     connected = bool(os.environ.get("RAY_ADDRESS"))
     if not ray.is_initialized():
         from course_utils import logs

@@ -3,18 +3,23 @@
 pyarrow's filesystem layer is what Ray Train itself writes with, so one code path serves a
 local folder, a shared mount and ``s3://`` alike. A learner's runs live in their own folder,
 ``<COURSE_STORAGE>/course-<learner>`` (``config.learner_storage_root``): learners sharing one
-storage never see or delete each other's runs.
+storage never see or delete each other's runs. ``prepare_learner_storage`` creates that folder
+with its ownership record; it is called where the course first writes there.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
 
+from course_utils import ownership
 from course_utils.config import (
     CourseConfigError,
+    build_root,
+    ensure_writable_dir,
     is_remote_uri,
     learner_storage_root,
     s3_endpoint,
@@ -33,6 +38,40 @@ class RunCorruptedError(RuntimeError):
 LESSON02_RUN = "lesson02-resnet18"
 
 
+def prepare_learner_storage() -> str:
+    """Make this learner's storage folder ready to write; returns ``config.learner_storage_root()``.
+
+    Local storage: ``COURSE_STORAGE`` is created and checked for write access (a bad setting
+    fails here, in the first cell, not minutes later inside a worker), the learner's folder is
+    created with its ownership record, and a symlink in its place is refused. Remote storage
+    needs nothing yet: its record is written at the first storage call
+    (``learner_filesystem_and_root``). Safe to call again (a stat when all is there).
+    """
+    root = storage_root()
+    mine = learner_storage_root()
+    if is_remote_uri(root):
+        return mine
+    ensure_writable_dir(Path(root), "COURSE_STORAGE")
+    path = Path(mine)
+    if path.is_symlink():
+        raise CourseConfigError(
+            f"{path} is a symlink; the course keeps this learner's files in a real folder there. Remove the "
+            "link, or set COURSE_STORAGE (or COURSE_LEARNER) to use another folder."
+        )
+    path.mkdir(exist_ok=True)
+    ownership.claim_local(path, "learner folder")
+    return mine
+
+
+def local_output_dir(name: str) -> Path:
+    """A local folder for a lesson's plain files (CSV, model.pt), created: inside this learner's
+    folder of the course storage when that is a local path, else under the build folder."""
+    root = prepare_learner_storage()
+    path = (Path(root) if not is_remote_uri(root) else build_root()) / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def ray_storage() -> tuple[str, pafs.FileSystem | None]:
     """``(storage_path, storage_filesystem)`` for ``RunConfig``: every lesson's runs go through here.
 
@@ -47,7 +86,7 @@ def ray_storage() -> tuple[str, pafs.FileSystem | None]:
     """
     path, fs = _storage_for(storage_root())  # checks the shared URI (e.g. that it names a bucket)
     if fs is None:
-        return learner_storage_root(), None  # created locally, with its ownership record
+        return prepare_learner_storage(), None  # created locally, with its ownership record
     from course_utils.config import learner_folder
 
     return f"{path.rstrip('/')}/{learner_folder()}", fs
@@ -111,10 +150,8 @@ def learner_filesystem_and_root(claim: bool = True) -> tuple[pafs.FileSystem, st
 
     path = f"{root.rstrip('/')}/{learner_folder()}"
     if claim and isinstance(fs, pafs.LocalFileSystem):
-        learner_storage_root()  # creates the folder with its record
+        prepare_learner_storage()  # creates the folder with its record
     elif claim:
-        from course_utils import ownership
-
         ownership.claim(fs, path, "learner folder")
     return fs, path
 

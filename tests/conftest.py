@@ -41,10 +41,10 @@ def storage(tmp_path, monkeypatch):
     (``<COURSE_STORAGE>/course-<learner>``), where the course's runs and outputs go."""
     from pathlib import Path
 
-    from course_utils import config
+    from course_utils import storage as course_storage
 
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "storage"))
-    return Path(config.learner_storage_root())
+    return Path(course_storage.prepare_learner_storage())
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from course_utils import checkpoints, data, faults, resumable, session, storage
-from course_utils.config import get_profile, local_output_dir
+from course_utils.config import get_profile
+from course_utils.storage import local_output_dir
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:

@@ -30,13 +30,13 @@ SETTLE_S = 2.0
 @pytest.fixture(scope="module")
 def shared_storage(tmp_path_factory, ray_session):
     """One COURSE_STORAGE for the module's shared runs; the learner's folder in it (where runs go)."""
-    from course_utils.config import learner_storage_root
+    from course_utils.storage import prepare_learner_storage
 
     path = tmp_path_factory.mktemp("ft-storage")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COURSE_STORAGE", str(path))
         mp.setenv("COURSE_PROFILE", "smoke")
-        yield Path(learner_storage_root())
+        yield Path(prepare_learner_storage())
 
 
 def _profile(epochs: int):

@@ -15,6 +15,7 @@ import pytest
 
 from course_utils import cleanup, config, ownership
 from course_utils.data import OFFLINE_MARKER
+from course_utils.storage import local_output_dir, prepare_learner_storage
 from tests.notebook_runs import SHARED
 
 pytestmark = [pytest.mark.path(SHARED)]
@@ -36,7 +37,7 @@ def course_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(storage))
     monkeypatch.setenv("COURSE_DATA", str(data_dir))
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    mine = Path(config.learner_storage_root())  # created with its ownership record
+    mine = Path(prepare_learner_storage())  # created with its ownership record
     run = mine / "lesson02-resnet18" / "checkpoint_000001"
     run.mkdir(parents=True)
     (run / "state.pt").write_bytes(b"x" * 1000)
@@ -155,7 +156,7 @@ def test_a_learner_folder_that_is_a_symlink_is_refused(tmp_path, monkeypatch):
     with pytest.raises(cleanup.CleanupRefused):
         cleanup.clean_storage()
     with pytest.raises(config.CourseConfigError) as info:
-        config.learner_storage_root()
+        prepare_learner_storage()
     assert "symlink" in str(info.value)
     assert (elsewhere / "precious.txt").read_text() == "keep"
     assert not (elsewhere / ownership.OWNER_FILE).exists()
@@ -251,7 +252,7 @@ def test_storage_set_to_a_busy_folder_loses_only_the_course_folder(tmp_path, mon
     else:
         monkeypatch.setenv("COURSE_STORAGE", str(busy))
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    out = config.local_output_dir("lesson01-baseline")
+    out = local_output_dir("lesson01-baseline")
     (out / "metrics.csv").write_text("epoch,loss\n")
     assert out.parent == busy.resolve() / "course-alice"
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import config
+from course_utils import config, ownership, storage
 
 
 def test_smoke_profile_is_small_and_cpu(monkeypatch):
@@ -42,11 +42,23 @@ def test_profile_with_and_to_dict():
     assert p.to_dict()["train_size"] == 64
 
 
-def test_storage_root_from_env_is_created(tmp_path, monkeypatch):
+def test_getters_create_nothing(tmp_path, monkeypatch):
     target = tmp_path / "a" / "b"
     monkeypatch.setenv("COURSE_STORAGE", str(target))
+    monkeypatch.setenv("COURSE_DATA", str(tmp_path / "d"))
     assert config.storage_root() == str(target.resolve())
-    assert target.is_dir()
+    assert config.learner_storage_root() == str(target.resolve() / config.learner_folder())
+    assert config.data_root() == (tmp_path / "d").resolve()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_preparing_storage_creates_the_learners_folder(tmp_path, monkeypatch):
+    target = tmp_path / "a" / "b"
+    monkeypatch.setenv("COURSE_STORAGE", str(target))
+    mine = storage.prepare_learner_storage()
+    assert mine == config.learner_storage_root()
+    assert (Path(mine) / ownership.OWNER_FILE).is_file()
+    assert sorted(p.name for p in target.iterdir()) == [config.learner_folder()]  # no probe left behind
 
 
 def test_storage_root_keeps_uris(monkeypatch):
@@ -58,7 +70,7 @@ def test_storage_root_keeps_uris(monkeypatch):
 def test_unwritable_storage_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", "/proc/course-storage")  # unwritable even for root
     with pytest.raises(config.CourseConfigError) as info:
-        config.storage_root()
+        storage.prepare_learner_storage()
     message = str(info.value)
     assert (
         "COURSE_STORAGE" in message
@@ -74,10 +86,11 @@ def test_data_root_from_env(tmp_path, monkeypatch):
 
 def test_local_output_dir_local_and_remote(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "s"))
-    assert config.local_output_dir("x") == (tmp_path / "s" / config.learner_folder() / "x").resolve()
+    out = storage.local_output_dir("x")
+    assert out == (tmp_path / "s" / config.learner_folder() / "x").resolve() and out.is_dir()
     monkeypatch.setenv("COURSE_STORAGE", "s3://b/p")
-    monkeypatch.setattr(config, "build_root", lambda: tmp_path / "build")
-    assert config.local_output_dir("x") == tmp_path / "build" / "x"
+    monkeypatch.setattr(storage, "build_root", lambda: tmp_path / "build")
+    assert storage.local_output_dir("x") == tmp_path / "build" / "x"
 
 
 def test_build_root_is_in_repo():
