@@ -1,7 +1,6 @@
 """Exercise checks: the placeholder is 'not attempted' (no failure), wrong answers fail in plain
 words, and the published solutions pass their checks."""
 
-import math
 import pickle
 from pathlib import Path
 
@@ -167,12 +166,3 @@ def test_inside_messages():
         return path != root and str(path).startswith(str(root))
 
     assert "climbs out" in _message(checks.check_inside, no_root_but_prefix)
-
-
-def test_ceil_matches_loader_length():
-    from torch.utils.data import TensorDataset
-
-    from course_utils import data
-
-    loader = data.make_loader(TensorDataset(torch.zeros(1000, 1)), 128, shuffle=False)
-    assert len(loader) == math.ceil(1000 / 128)

@@ -91,7 +91,3 @@ def test_local_output_dir_local_and_remote(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", "s3://b/p")
     monkeypatch.setattr(storage, "build_root", lambda: tmp_path / "build")
     assert storage.local_output_dir("x") == tmp_path / "build" / "x"
-
-
-def test_build_root_is_in_repo():
-    assert config.build_root() == Path(config.REPO_ROOT) / "build"

@@ -20,11 +20,6 @@ def test_show_source_prints_outside_ipython(capsys, monkeypatch):
     assert "def per_worker_batch" in capsys.readouterr().out
 
 
-def test_lessons_are_numbered_in_order():
-    names = [p.name for p in run_course.lessons()]
-    assert names == sorted(names) and names[0].startswith("01_")
-
-
 def test_lessons_selector():
     assert [p.name[:2] for p in run_course.lessons(["02"])] == ["02"]
 
