@@ -109,6 +109,8 @@ def recorded_loop(config: dict[str, Any]) -> None:
     import ray
     import ray.train
     import torch
+    from torch.nn.modules.module import register_module_forward_pre_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook
     from torch.utils.data import DistributedSampler
 
     settings = config.pop("_fitcheck")
@@ -159,8 +161,8 @@ def recorded_loop(config: dict[str, Any]) -> None:
             flush()
             raise InjectedFault(f"the check crashed rank {rank} at step {steps} on purpose")
 
-    forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(on_forward)
-    step_hook = torch.optim.optimizer.register_optimizer_step_post_hook(on_step)
+    forward_hook = register_module_forward_pre_hook(on_forward)
+    step_hook = register_optimizer_step_post_hook(on_step)
     try:
         with _patched(ray.train, "report", report), _patched(DistributedSampler, "set_epoch", set_epoch):
             learner_fn = cloudpickle.loads(settings["fn"])

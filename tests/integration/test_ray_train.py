@@ -5,7 +5,6 @@ import torch
 from ray.train import ScalingConfig
 
 from course_utils import checkpoints, config, data, session, training
-from course_utils import storage as course_storage
 from course_utils.history import metric_history
 
 pytestmark = pytest.mark.integration
@@ -34,13 +33,11 @@ def test_two_workers_train_and_checkpoint_loads(ray_session, storage):
     )
 
 
-def test_same_name_resumes_and_reset_starts_fresh(ray_session, storage):
-    training.make_trainer("resume-me", TINY.with_(epochs=1)).fit()
-    resumed = metric_history(training.make_trainer("resume-me", TINY).fit())
-    assert resumed["epoch"].tolist() == [0, 1] and resumed["start_epoch"].tolist() == [0, 1]
-    deleted = course_storage.reset_run("resume-me")
-    fresh = metric_history(training.make_trainer("resume-me", TINY.with_(epochs=1)).fit())
-    assert deleted and fresh["start_epoch"].tolist() == [0]
+def test_the_checkpoint_holds_the_full_history(ray_session, storage):
+    result = training.make_trainer("one-writer", TINY).fit()
+    state = checkpoints.load_state(result.checkpoint)
+    assert [row["epoch"] for row in state["history"]] == [0, 1] and state["epoch"] == 1
+    assert metric_history(result)["epoch"].tolist() == [0, 1]
 
 
 def test_too_many_workers_fail_before_training(ray_session, storage):

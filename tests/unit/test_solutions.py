@@ -49,3 +49,25 @@ def test_unanswered_lists_exercises_whose_check_did_not_say_correct():
         ]
     }
     assert solutions.unanswered(nb) == ["04.2"]
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem[:2] for p in LESSONS])
+def test_every_exercise_offers_a_hint_that_is_not_the_answer(lesson, capsys):
+    from course_utils import checks
+
+    for exercise, code in solutions.solutions(solutions.lesson_number(lesson)).items():
+        hint = solutions.hint(exercise)
+        assert len(hint) > 20 and code.strip() not in hint, f"{exercise}: {hint!r}"
+        assert "**Hint:**" not in solutions.solution(exercise) and code.strip() in solutions.solution(
+            exercise
+        )
+        checks.hint(exercise)
+        assert capsys.readouterr().out.startswith(f"Hint for exercise {exercise}: {hint}")
+
+
+def test_a_missing_hint_is_an_error(tmp_path, monkeypatch):
+    (tmp_path / "01_x.md").write_text("## Exercise 01.1 · One\n\n```python\nx = 1\n```\n")
+    monkeypatch.setattr(solutions, "SOLUTIONS", tmp_path)
+    with pytest.raises(solutions.SolutionsError, match="no \\*\\*Hint"):
+        solutions.hint("01.1")
+    assert solutions.solution("01.1") == "```python\nx = 1\n```"

@@ -1,0 +1,73 @@
+"""Lesson 02's migration exercise, checked for real: the published solution passes, and each of the
+five classic mistakes fails with a message that names it."""
+
+import re
+
+import pytest
+
+from course_utils import checks, solutions
+
+pytestmark = pytest.mark.integration
+
+# What the exercise cell has imported when the learner's function is defined (lesson 02).
+PRELUDE = """
+import ray
+import ray.train
+import ray.train.torch
+import torch
+from course_utils import checkpoints, data
+from course_utils.model import build_resnet18
+from course_utils.training import per_worker_batch, train_one_epoch
+"""
+
+SOLUTION = re.search(r"```python\n(.*?)```", solutions.solution("02.3"), re.S).group(1)
+
+# mistake -> (exact text of the solution to change, its replacement, words the message must hold)
+MISTAKES = {
+    "a rank skips report": (
+        "            ray.train.report(",
+        "            if rank == 0:\n                ray.train.report(",
+        "skipped ray.train.report",
+    ),
+    "a checkpoint from every rank": (
+        "rank0_checkpoint(rank, state)",
+        "rank0_checkpoint(0, state)",
+        "each attached a checkpoint",
+    ),
+    "no set_epoch": ("            loader.sampler.set_epoch(epoch)", "            pass", "set_epoch"),
+    "the global batch on every worker": (
+        'per_worker_batch(config["batch_size"], world)',
+        'config["batch_size"]',
+        "trained on batches of 64",
+    ),
+    "a loss that does not fall": ('lr=config["lr"]', "lr=0.0", "loss did not fall"),
+}
+
+
+def learner_function(source: str):
+    """Define ``my_train_loop`` as a notebook cell would (a module cloudpickle sends by value)."""
+    namespace = {"__name__": "learner_cell"}
+    exec(PRELUDE + source, namespace)
+    return namespace["my_train_loop"]
+
+
+def test_placeholder_is_not_attempted(capsys):
+    assert checks.check_migration(...) is False
+    assert 'checks.hint("02.3")' in capsys.readouterr().out
+
+
+def test_published_solution_passes(ray_session, storage, capsys):
+    assert checks.check_migration(learner_function(SOLUTION)) is True
+    assert "Exercise 02.3: correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_each_mistake_is_named(mistake, ray_session, storage):
+    old, new, words = MISTAKES[mistake]
+    assert old in SOLUTION, f"the solution no longer contains {old!r}: update the test"
+    wrong = learner_function(SOLUTION.replace(old, new, 1))
+    with pytest.raises(checks.ExerciseError) as caught:
+        checks.check_migration(wrong)
+    message = str(caught.value)
+    assert words in message, message
+    assert message.count("\n- ") == 1, f"only the one mistake is reported:\n{message}"
