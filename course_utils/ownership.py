@@ -5,7 +5,7 @@ many learners, and a ``COURSE_STORAGE`` may even be a folder full of other thing
 So the course deletes only folders that carry its ownership record, ``OWNER_FILE``, naming the
 learner (``config.learner()``) the course wrote it for. It writes one when it creates:
 
-- the learner's storage folder ``<COURSE_STORAGE>/course-<learner>`` (``config.learner_storage_root``);
+- the learner's storage folder ``<COURSE_STORAGE>/course-<learner>`` (``storage.prepare_learner_storage``);
 - a Parquet folder (``raydata.write_parquet``);
 - the offline MNIST copy (``data.ensure_mnist``).
 
