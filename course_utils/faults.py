@@ -5,9 +5,11 @@ storage. The fault fires only while the marker does not exist and creates it jus
 firing: restarted workers are new processes and remember nothing, but the file survives,
 so the fault fires exactly once per marker.
 
-Three ways to fail: ``how="raise"`` (a Python error in the loop), ``how="kill"`` (the worker
-SIGKILLs itself) and ``how="external"`` (the worker only announces where it is; a driver-side
-``ExternalKiller`` finds its pid through Ray's state API and SIGKILLs it from outside).
+A loop wraps its batches in ``inject(loader, spec, rank=..., epoch=...)``, so the fault fires
+before the chosen step. Three ways to fail: ``how="raise"`` (a Python error in the loop),
+``how="kill"`` (the worker SIGKILLs itself) and ``how="external"`` (the worker only announces
+where it is; a driver-side ``ExternalKiller`` finds its pid through Ray's state API and SIGKILLs
+it from outside).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +79,7 @@ def maybe_fail(
     step: int,
     during: str = "step",
 ) -> None:
-    """Called every step by the training loop; fails once where ``spec`` (or each of a list) says."""
+    """Called before every step (through ``inject``); fails once where ``spec`` (or each of a list) says."""
     if isinstance(spec, list | tuple):
         for one in spec:
             maybe_fail(one, rank=rank, epoch=epoch, step=step, during=during)
@@ -112,6 +114,24 @@ def maybe_fail(
     if spec["how"] == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise InjectedFault(f"injected failure on rank {rank} at epoch {epoch}, step {step}")
+
+
+def inject(
+    batches: Iterable[Any],
+    spec: dict[str, Any] | Sequence[dict[str, Any]] | None,
+    *,
+    rank: int,
+    epoch: int,
+    first_step: int = 0,
+) -> Iterator[Any]:
+    """``batches`` unchanged, with ``maybe_fail`` called before each one trains (lesson 04's hook).
+
+    Steps are numbered from ``first_step`` (a loop resumed mid-epoch starts past 0). With no
+    ``spec`` it is a plain pass-through, so a loop can always wrap its loader in it.
+    """
+    for step, batch in enumerate(batches, first_step):
+        maybe_fail(spec, rank=rank, epoch=epoch, step=step)
+        yield batch
 
 
 def train_worker_pids() -> dict[int, str]:

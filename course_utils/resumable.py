@@ -1,13 +1,18 @@
-"""Mid-epoch resumption on the DataLoader path (lesson 04; ``course_utils.bench.recovery`` times it).
+"""Lesson 04's loops: lesson 02's loop made resumable, and mid-epoch resumption.
 
-Epoch-boundary checkpoints lose up to a whole epoch of work when a worker dies. This loop
-checkpoints every ``checkpoint_every`` steps together with the iterator position of a
-``torchdata`` ``StatefulDataLoader``, so a restarted worker group continues at the exact next
-batch. Ray Data's iterator-state resumption is not in open-source Ray; the DataLoader path is.
+Both are built from lesson 02's pieces (``training.setup_worker``, ``train_step`` /
+``train_one_epoch``, ``Worker.epoch_metrics``, ``checkpoints.rank0_checkpoint``). What they add is
+lesson 04's business: continuing from ``ray.train.get_checkpoint()``, and crashing on purpose
+(``faults.inject``) to prove that they do.
 
-Each checkpoint also carries what a learner (and the tests) need to *see* the resumption:
-``attempts`` (where every attempt started, its pid, when it took its first step) and ``seen``
-(the sample indices every rank trained on, committed at each checkpoint).
+``train_loop_resumable`` checkpoints at epoch boundaries and reports ``start_epoch`` (where its
+attempt began). ``train_loop_mid_epoch`` checkpoints every ``checkpoint_every`` steps together
+with the iterator position of a ``torchdata`` ``StatefulDataLoader``, so a restarted worker group
+continues at the exact next batch (Ray Data's iterator-state resumption is not in open-source
+Ray; the DataLoader path is; ``course_utils.bench.recovery`` times it). Its checkpoints also
+carry what a learner (and the tests) need to *see* the resumption: ``attempts`` (where every
+attempt started, its pid, when it took its first step) and ``seen`` (the sample indices every
+rank trained on, committed at each checkpoint).
 """
 
 from __future__ import annotations
@@ -19,12 +24,60 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from course_utils import checkpoints, data, faults
-from course_utils.model import build_resnet18, unwrap
-from course_utils.training import evaluate, per_worker_batch, train_one_epoch
+from course_utils import checkpoints, data, faults, training
+from course_utils.model import unwrap
 
+# What train_loop_resumable reports each epoch: lesson 02's metrics and where the attempt began.
+REPORTED_METRICS = (*training.REPORTED_METRICS, "start_epoch")
 # What train_loop_mid_epoch reports (mid-epoch rows carry no test metrics).
-REPORTED_METRICS = ("epoch", "step", "world_size", "attempt", "train_loss", "test_loss", "accuracy")
+REPORTED_METRICS_MID_EPOCH = (
+    *training.REPORTED_METRICS,
+    "step",
+    "attempt",
+    "partial_epoch",
+)
+
+
+def train_loop_resumable(config: dict[str, Any]) -> None:
+    """Lesson 02's loop, resumable: it continues after the epoch of ``ray.train.get_checkpoint()``.
+
+    Reports ``start_epoch`` (where this attempt began) with each epoch; ``config["fault"]``
+    (``faults.crash_once``) crashes it on purpose.
+    """
+    import ray.train
+    import ray.train.torch
+
+    worker = training.setup_worker(config)
+    loader = ray.train.torch.prepare_data_loader(
+        data.make_loader(worker.train_ds, worker.batch, shuffle=True)
+    )
+    start_epoch, history = 0, []
+    checkpoint = ray.train.get_checkpoint()  # None on a fresh start; after a failure, the latest one
+    if checkpoint is not None:
+        state = checkpoints.load_state(checkpoint)
+        unwrap(worker.model).load_state_dict(state["model"])  # weights (saved without DDP's wrapper)
+        worker.optimizer.load_state_dict(state["optimizer"])  # Adam's moments
+        checkpoints.set_rng_state(state["rng"])
+        start_epoch, history = state["epoch"] + 1, state["history"]  # the next epoch, and what came before
+    if worker.rank == 0:
+        print(f"[rank 0] {f'resuming at epoch {start_epoch}' if checkpoint else 'fresh start'}", flush=True)
+    for epoch in range(start_epoch, config["epochs"]):
+        if worker.world > 1:
+            loader.sampler.set_epoch(epoch)
+        start = time.perf_counter()
+        # Lesson 04's crashes on purpose: config["fault"] fires once, before the step it names.
+        batches = faults.inject(loader, config.get("fault"), rank=worker.rank, epoch=epoch)
+        train_loss, images = training.train_one_epoch(worker.model, batches, worker.optimizer, worker.device)
+        metrics = worker.epoch_metrics(epoch, train_loss, images, time.perf_counter() - start)
+        metrics["start_epoch"] = start_epoch  # which attempt trained this epoch: 0 = the fresh start
+        history.append(metrics)
+        with checkpoints.rank0_checkpoint(worker.rank, worker.state(epoch, history)) as checkpoint:
+            ray.train.report(metrics, checkpoint=checkpoint)
+        if worker.rank == 0:
+            print(
+                f"[rank 0] epoch {epoch}: train_loss={train_loss:.4f} accuracy={metrics['accuracy']:.3f}",
+                flush=True,
+            )
 
 
 class IndexRecorder(Dataset):
@@ -66,7 +119,7 @@ def make_stateful_loader(dataset: Dataset, batch: int, rank: int, world: int, se
 
     Not passed through ``ray.train.torch.prepare_data_loader``: that rebuilds plain
     DataLoaders and, with ``move_to_device``, prefetches a batch ahead, so the saved position
-    would be off by one. Batches are moved to the device by ``train_one_epoch``.
+    would be off by one. Batches are moved to the device by ``train_step``.
     """
     from torch.utils.data import DistributedSampler
     from torchdata.stateful_dataloader import StatefulDataLoader
@@ -78,30 +131,20 @@ def make_stateful_loader(dataset: Dataset, batch: int, rank: int, world: int, se
 def train_loop_mid_epoch(config: dict[str, Any]) -> None:
     """Ray Train worker loop that checkpoints every ``config["checkpoint_every"]`` steps.
 
-    Resumes from ``ray.train.get_checkpoint()`` at the saved (epoch, step): model, optimizer,
-    RNG and the DataLoader's iterator state are restored, so no batch is repeated or skipped.
+    Resumes from ``ray.train.get_checkpoint()`` (``checkpoints.restore``) at the saved (epoch,
+    step): model, optimizer, RNG and the DataLoader's iterator state are restored, so no batch is
+    repeated or skipped. Its own per-step loop (``train_step``): it checkpoints between steps.
     """
     import ray.train
-    import ray.train.torch
 
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    batch = per_worker_batch(config["batch_size"], world)
+    worker = training.setup_worker(config)
+    rank, world = worker.rank, worker.world
     every = int(config.get("checkpoint_every", 5))
     fault = config.get("fault")
-    torch.manual_seed(config["seed"])
-    data.ensure_mnist(config["data_root"], verbose=False)
-    train_ds, test_ds = data.course_datasets(
-        config["train_size"], config["test_size"], config["data_root"], config["seed"]
-    )
-    recorder = IndexRecorder(train_ds)
-    loader = make_stateful_loader(recorder, batch, rank, world, config["seed"])
-    test_loader = data.make_loader(test_ds, 512, shuffle=False)
-    model = ray.train.torch.prepare_model(build_resnet18())
-    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    recorder = IndexRecorder(worker.train_ds)
+    loader = make_stateful_loader(recorder, worker.batch, rank, world, config["seed"])
 
-    state = checkpoints.restore(model, optimizer, map_location=device)
+    state = checkpoints.restore(worker.model, worker.optimizer)  # ray.train.get_checkpoint(), loaded
     epoch, step = (state["next_epoch"], state["next_step"]) if state else (0, 0)
     if state and step and state["world_size"] != world:
         raise RuntimeError(
@@ -136,9 +179,7 @@ def train_loop_mid_epoch(config: dict[str, Any]) -> None:
             seen[done_epoch][r].extend(indices)
         row = {"epoch": done_epoch, "step": done_steps, "world_size": world, "attempt": len(attempts), **row}
         history.append(row)
-        state = checkpoints.training_state(
-            model,
-            optimizer,
+        state = worker.state(
             done_epoch,
             history,
             next_epoch=done_epoch + 1 if epoch_end else done_epoch,
@@ -148,49 +189,36 @@ def train_loop_mid_epoch(config: dict[str, Any]) -> None:
             attempts=attempts,
             world_size=world,
         )
+
+        def crash_while_writing() -> None:  # between writing state.pt.partial and renaming it
+            faults.maybe_fail(fault, rank=rank, epoch=done_epoch, step=done_steps, during="checkpoint")
+
         start = time.perf_counter()
-        checkpoints.report(
-            dict(row),  # a copy: the row gets its checkpoint_s below
-            state,
-            before_commit=lambda: faults.maybe_fail(
-                fault, rank=rank, epoch=done_epoch, step=done_steps, during="checkpoint"
-            ),
-        )
+        with checkpoints.rank0_checkpoint(rank, state, before_commit=crash_while_writing) as checkpoint:
+            ray.train.report(dict(row), checkpoint=checkpoint)  # a copy: the row gets its checkpoint_s below
         row["checkpoint_s"] = time.perf_counter() - start  # travels in the next checkpoint
 
     while epoch < config["epochs"]:
         loader.sampler.set_epoch(epoch)  # same shuffle as an uninterrupted run of this epoch
         steps_in_epoch, offset, started = len(loader), step, time.perf_counter()
-
-        def on_step(i: int, epoch: int = epoch, offset: int = offset) -> None:
+        worker.model.train()
+        total, images = 0.0, 0
+        batches = faults.inject(loader, fault, rank=rank, epoch=epoch, first_step=offset)
+        for step, (inputs, labels) in enumerate(batches, offset):
             if attempts[-1]["first_step_at"] is None:
                 attempts[-1]["first_step_at"] = time.time()
-            faults.maybe_fail(fault, rank=rank, epoch=epoch, step=offset + i)
-
-        def after_step(i: int, epoch: int = epoch, offset: int = offset, n: int = steps_in_epoch) -> None:
-            done = offset + i + 1
-            if done % every == 0 and done < n:
-                save(epoch, done, False, {})
-
-        train_loss = train_one_epoch(model, loader, optimizer, device, on_step=on_step, after_step=after_step)
-        metrics = evaluate(unwrap(model), test_loader, device)
+            loss = training.train_step(worker.model, inputs, labels, worker.optimizer, worker.device)
+            total, images = total + loss * len(labels), images + len(labels)
+            if (step + 1) % every == 0 and step + 1 < steps_in_epoch:
+                save(epoch, step + 1, False, {})
+        metrics = worker.epoch_metrics(epoch, total / max(images, 1), images, time.perf_counter() - started)
         if rank == 0:
             print(
                 f"[rank 0] epoch {epoch} done (steps {offset}..{steps_in_epoch - 1} in this attempt): "
                 f"accuracy={metrics['accuracy']:.3f}",
                 flush=True,
             )
-        save(
-            epoch,
-            steps_in_epoch,
-            True,
-            {
-                "train_loss": train_loss,
-                **metrics,
-                "epoch_time_s": time.perf_counter() - started,
-                "partial_epoch": offset > 0,
-            },
-        )
+        save(epoch, steps_in_epoch, True, {**metrics, "partial_epoch": offset > 0})
         epoch, step = epoch + 1, 0
 
 

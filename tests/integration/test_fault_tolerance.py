@@ -43,6 +43,11 @@ def _profile(epochs: int):
     return get_profile("smoke").with_(epochs=epochs, **SMALL)
 
 
+def _trainer(name: str, profile, **kwargs):
+    """``training.make_trainer`` with lesson 04's resumable loop (restores, reports start_epoch, faults)."""
+    return training.make_trainer(name, profile, train_loop=resumable.train_loop_resumable, **kwargs)
+
+
 def _weights(result) -> dict[str, torch.Tensor]:
     return checkpoints.load_state(result.checkpoint)["model"]
 
@@ -51,9 +56,9 @@ def _weights(result) -> dict[str, torch.Tensor]:
 def epoch_runs(shared_storage):
     """An uninterrupted 2-epoch run and the same run with rank 1 crashing mid-epoch 1 once."""
     profile = _profile(2)
-    clean = training.make_trainer("ft-clean", profile, max_failures=0).fit()
+    clean = _trainer("ft-clean", profile, max_failures=0).fit()
     spec = faults.crash_once(shared_storage / "markers" / "inloop", rank=1, epoch=1, step=5, delay_s=SETTLE_S)
-    crashed = training.make_trainer("ft-crashed", profile, max_failures=1, fault=spec).fit()
+    crashed = _trainer("ft-crashed", profile, max_failures=1, fault=spec).fit()
     return {"clean": clean, "crashed": crashed, "spec": spec}
 
 
@@ -77,7 +82,7 @@ def test_external_sigkill_of_a_worker_is_survived(shared_storage):
     spec = faults.crash_once(
         shared_storage / "markers" / "sigkill", rank=1, epoch=1, step=5, how="external", delay_s=SETTLE_S
     )
-    trainer = training.make_trainer("ft-sigkill", _profile(2), max_failures=1, fault=spec)
+    trainer = _trainer("ft-sigkill", _profile(2), max_failures=1, fault=spec)
     killer = faults.ExternalKiller(spec).start()
     result = trainer.fit()
     killer.join(timeout=5)
@@ -96,13 +101,13 @@ def test_exhausted_retries_raise_then_same_name_resumes(shared_storage):
         faults.crash_once(markers / "second", rank=1, epoch=2, step=5, delay_s=SETTLE_S),
     ]
     with pytest.raises(TrainingFailedError) as failed:
-        training.make_trainer("ft-exhausted", _profile(3), max_failures=1, fault=specs).fit()
+        _trainer("ft-exhausted", _profile(3), max_failures=1, fault=specs).fit()
     message = str(failed.value)
     assert "InjectedFault" in message and "epoch 2, step 5" in message
     before = runs.check_run("ft-exhausted")
     assert before["latest_metrics"]["epoch"] == 1  # epochs 0 and 1 are saved, 2 is not
 
-    result = training.make_trainer("ft-exhausted", _profile(3)).fit()  # a new trainer, same name
+    result = _trainer("ft-exhausted", _profile(3)).fit()  # a new trainer, same name
     rows = history.metric_history(result)
     assert rows["epoch"].tolist() == [0, 1, 2]
     assert rows["start_epoch"].tolist() == [0, 1, 2]  # fresh, retry at 1, manual restore at 2

@@ -45,6 +45,19 @@ def test_a_list_of_faults_fires_each_once(tmp_path):
     assert all(faults.fired(s) for s in specs)
 
 
+def test_inject_passes_batches_through_and_fires_before_its_step(tmp_path):
+    spec = faults.crash_once(tmp_path / "m", rank=1, epoch=2, step=5)
+    assert list(faults.inject(range(8), None, rank=1, epoch=2)) == list(range(8))  # no fault: unchanged
+    assert list(faults.inject(range(8), spec, rank=0, epoch=2)) == list(range(8))  # another rank
+    trained = []
+    with pytest.raises(faults.InjectedFault) as err:
+        # resumed at step 3: the batches are steps 3, 4, 5, ...; the fault fires before step 5 trains
+        for batch in faults.inject(["b3", "b4", "b5", "b6"], spec, rank=1, epoch=2, first_step=3):
+            trained.append(batch)
+    assert trained == ["b3", "b4"] and "epoch 2, step 5" in str(err.value)
+    assert list(faults.inject(range(8), spec, rank=1, epoch=2)) == list(range(8))  # fired once
+
+
 def test_external_fault_only_announces_the_pid(tmp_path):
     spec = {**faults.crash_once(tmp_path / "m", rank=0, epoch=0, step=1, how="external"), "hold_s": 0}
     faults.maybe_fail(spec, rank=0, epoch=0, step=1)  # waits to be killed, then goes on: no raise
