@@ -14,6 +14,10 @@ Three sources of noise in a notebook, each sent to the log folder by the knob Ra
   timeout under load (placement_group_cleaner.py catches only ``RayStateApiException``): the
   worker setup hook below writes that one thread's traceback into ``logs/train/`` instead of
   stderr. Every other thread's exception keeps Python's default hook.
+- The controller's ERROR "Failed to stop PlacementGroupCleaner gracefully." (with a
+  ``GetTimeoutError`` traceback) when that helper is slow to stop under load, at the end of a run
+  (placement_group_callback.py): the hook files it as INFO, so Ray Train's level filter keeps it
+  in ``logs/train/ray-train-sys-controller-*.log`` only. Nothing else is re-levelled.
 """
 
 from __future__ import annotations
@@ -27,10 +31,31 @@ DRIVER_LOG_LEVEL = logging.WARNING
 WORKER_SETUP_HOOK = "course_utils.logs.setup_worker"
 # Ray-internal threads whose uncaught exception is Ray's to log, not the lesson's to show.
 RAY_INTERNAL_THREADS = ("PlacementGroupCleanerMonitor",)
+# Ray Train's messages about its own helpers, not the run, that it logs above INFO: logger -> starts.
+RAY_INTERNAL_MESSAGES = {
+    "ray.train.v2._internal.callbacks.placement_group_callback": ("Failed to stop PlacementGroupCleaner",),
+}
+
+
+class _AsInfo(logging.Filter):
+    """Re-level the records whose message starts with one of ``starts`` to INFO.
+
+    A filter on the logger itself: Ray Train's ``dictConfig`` resets its child loggers' level
+    and handlers, not their filters.
+    """
+
+    def __init__(self, starts: tuple[str, ...]):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO and str(record.msg).startswith(self.starts):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
 
 
 def setup_worker() -> None:
-    """Send the uncaught exception of a Ray-internal thread to the log folder (see module doc)."""
+    """Ray-internal tracebacks to the log folder, not the notebook (see the module doc)."""
     import threading
 
     default = threading.excepthook
@@ -48,6 +73,8 @@ def setup_worker() -> None:
             traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=f)
 
     threading.excepthook = hook
+    for name, starts in RAY_INTERNAL_MESSAGES.items():
+        logging.getLogger(name).addFilter(_AsInfo(starts))
 
 
 def _internal_log(thread: str) -> str | None:

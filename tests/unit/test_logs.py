@@ -36,3 +36,29 @@ def test_outside_a_ray_worker_nothing_is_hidden(monkeypatch):
     seen = _hooked(monkeypatch, None)  # no Ray session: no log folder
     _crash_in("PlacementGroupCleanerMonitor")
     assert seen == ["PlacementGroupCleanerMonitor"]
+
+
+def test_ray_trains_failure_to_stop_its_helper_is_filed_as_info(monkeypatch):
+    import logging
+
+    _hooked(monkeypatch, None)
+    name = next(iter(logs.RAY_INTERNAL_MESSAGES))
+    logger = logging.getLogger(name)
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append((record.levelname, record.getMessage()))
+
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        logger.error("Failed to stop PlacementGroupCleaner gracefully.")
+        logger.error("Something else went wrong.")  # anything else keeps its level
+    finally:
+        logger.removeHandler(handler)
+        logger.filters.clear()
+    assert seen == [
+        ("INFO", "Failed to stop PlacementGroupCleaner gracefully."),
+        ("ERROR", "Something else went wrong."),
+    ]
