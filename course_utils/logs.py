@@ -1,13 +1,16 @@
 """Ray's own log lines go to the Ray session's log folder; a lesson's output shows the lesson's.
 
-Three sources of noise in a notebook, each sent to the log folder by the knob Ray has for it:
+The sources of noise in a notebook, each sent to the log folder by the knob Ray has for it:
 
 - Ray Train's INFO lines (resources requested, worker group started, every
   ``Reporting training result ...: TrainingReport(...)`` from every rank): the run's
   ``RunConfig(logging_config=LoggingConfig(log_level="WARNING"))`` (``TRAIN_LOG_LEVEL``).
   The console and app logs then keep warnings and errors only; the system logs
   ``logs/train/ray-train-sys-*.log`` keep everything (ray/train/v2/_internal/logging/logging.py).
-  A failed rank's traceback is logged at ERROR, so a real failure still shows.
+  A failed rank's traceback is logged at ERROR, so a real failure still shows. Two Ray Train
+  modules name their logger ``getLogger(__file__)`` (the report line's among them,
+  ray/train/v2/_internal/execution/context.py), which puts them outside ``ray.train`` and past
+  that level: the worker setup hook below hands their records to the logger Ray meant.
 - The driver's own ``ray.init`` INFO lines: ``ray.init(logging_level=DRIVER_LOG_LEVEL)``
   (``start_ray`` passes it; the session line it prints names the address, dashboard and logs).
 - A traceback from Ray Train's ``PlacementGroupCleanerMonitor`` thread, which dies on a GCS
@@ -31,6 +34,8 @@ DRIVER_LOG_LEVEL = logging.WARNING
 WORKER_SETUP_HOOK = "course_utils.logs.setup_worker"
 # Ray-internal threads whose uncaught exception is Ray's to log, not the lesson's to show.
 RAY_INTERNAL_THREADS = ("PlacementGroupCleanerMonitor",)
+# Ray Train modules whose logger is getLogger(__file__), a path, instead of their module name.
+MISNAMED_LOGGERS = ("ray.train.v2._internal.execution.context", "ray.train.collective.collectives")
 # Ray Train's messages about its own helpers, not the run, that it logs above INFO: logger -> starts.
 RAY_INTERNAL_MESSAGES = {
     "ray.train.v2._internal.callbacks.placement_group_callback": ("Failed to stop PlacementGroupCleaner",),
@@ -54,6 +59,29 @@ class _AsInfo(logging.Filter):
         return True
 
 
+class _ToLogger(logging.Filter):
+    """Hand each record to the logger ``target`` instead (and its handlers: Ray Train's level
+    filter, its log files), as if the module had named its logger ``target``."""
+
+    def __init__(self, target: str):
+        super().__init__()
+        self.target = target
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.name = self.target
+        logging.getLogger(self.target).handle(record)
+        return False
+
+
+def _module_file(module: str) -> str:
+    """The ``__file__`` a ``ray`` submodule will have, without importing it."""
+    import os
+
+    import ray
+
+    return os.path.join(ray.__path__[0], *module.split(".")[1:]) + ".py"
+
+
 def setup_worker() -> None:
     """Ray-internal tracebacks to the log folder, not the notebook (see the module doc)."""
     import threading
@@ -75,6 +103,8 @@ def setup_worker() -> None:
     threading.excepthook = hook
     for name, starts in RAY_INTERNAL_MESSAGES.items():
         logging.getLogger(name).addFilter(_AsInfo(starts))
+    for module in MISNAMED_LOGGERS:
+        logging.getLogger(_module_file(module)).addFilter(_ToLogger(module))
 
 
 def _internal_log(thread: str) -> str | None:

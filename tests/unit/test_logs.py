@@ -17,6 +17,10 @@ def _hooked(monkeypatch, log_path):
     seen = []
     monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.thread.name))
     monkeypatch.setattr(logs, "_internal_log", lambda thread: log_path)
+    import logging
+
+    for name in [*logs.RAY_INTERNAL_MESSAGES, *map(logs._module_file, logs.MISNAMED_LOGGERS)]:
+        monkeypatch.setattr(logging.getLogger(name), "filters", [])  # the hook's filters go after the test
     logs.setup_worker()
     return seen
 
@@ -57,8 +61,29 @@ def test_ray_trains_failure_to_stop_its_helper_is_filed_as_info(monkeypatch):
         logger.error("Something else went wrong.")  # anything else keeps its level
     finally:
         logger.removeHandler(handler)
-        logger.filters.clear()
     assert seen == [
         ("INFO", "Failed to stop PlacementGroupCleaner gracefully."),
         ("ERROR", "Something else went wrong."),
     ]
+
+
+def test_a_logger_named_by_its_file_reaches_ray_train_like_the_others(monkeypatch):
+    import importlib
+    import logging
+
+    _hooked(monkeypatch, None)
+    module = "ray.train.v2._internal.execution.context"
+    assert logs._module_file(module) == importlib.import_module(module).__file__
+    misnamed = logging.getLogger(logs._module_file(module))  # what that module logs on
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append((record.name, record.getMessage()))
+
+    train, root = Keep(), Keep()
+    monkeypatch.setattr(logging.getLogger("ray.train"), "handlers", [train])
+    monkeypatch.setattr(logging.getLogger("ray.train"), "propagate", False)
+    monkeypatch.setattr(logging.root, "handlers", [root])
+    misnamed.warning("Reporting training result 1: TrainingReport(...)")
+    assert seen == [(module, "Reporting training result 1: TrainingReport(...)")]  # through ray.train only
