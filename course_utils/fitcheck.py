@@ -194,10 +194,10 @@ def run(
     """
     import cloudpickle
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from course_utils import storage, training
+    from course_utils import logs, storage, training
     from course_utils.config import get_profile
 
     if not ray.is_initialized():
@@ -220,6 +220,7 @@ def run(
             storage_filesystem=storage_filesystem,
             checkpoint_config=CheckpointConfig(num_to_keep=1),
             failure_config=FailureConfig(max_failures=max_failures),
+            logging_config=LoggingConfig(log_level=logs.TRAIN_LOG_LEVEL),  # the check's words, not Ray's INFO
         ),
     )
     saved = {key: os.environ.get(key) for key in COLLECTIVE_ENV}
