@@ -48,7 +48,7 @@ class LessonItem(NotebookItem):
 
     def runtest(self) -> None:
         from course_utils import solutions
-        from tests.notebook_runs import run_lesson
+        from tests.notebook_runs import alarming_output, run_lesson
 
         result = run_lesson(
             Path(self.filename), "lessons", answered=True, timeout_s=self.config.option.nbmake_timeout
@@ -60,6 +60,13 @@ class LessonItem(NotebookItem):
             raise AssertionError(
                 f"{Path(self.filename).name}: with the published solution pasted in, exercise(s) {missing} "
                 "did not print 'correct' (see the executed copy under build/tests/lessons/)."
+            )
+        alarming = alarming_output(result.nb, Path(self.filename).name)
+        if alarming:
+            raise AssertionError(
+                f"{Path(self.filename).name} ran fine, but its output shows what a learner reads as 'it broke' "
+                "(see the executed copy under build/tests/lessons/; Ray's own logs belong in its log folder, "
+                "course_utils.logs):\n  " + "\n  ".join(alarming)
             )
 
     def repr_failure(self, excinfo, style=None):

@@ -46,3 +46,54 @@ def error_text(result: NotebookResult) -> str:
     if result.error is None:
         return ""
     return f"cell {result.error.failing_cell_index}: {result.error.summary}\n{result.error.trace[-4000:]}"
+
+
+# ------------------------------------------------------------ what a learner reads as "it broke"
+
+TRACEBACK = "Traceback (most recent call last)"
+REPORT_DUMP = "TrainingReport("  # Ray Train's INFO line for every report of every rank
+# Cells that show a failure on purpose, by lesson and the cell's first line: a traceback there
+# is the lesson (lesson 04 injects faults; Ray Train logs the failing rank's traceback).
+FAILURES_ON_PURPOSE: dict[str, tuple[str, ...]] = {
+    "04_fault_tolerance.ipynb": (
+        "# 03. Automatic retries: a rank crashes mid-epoch",
+        "# 07. A worker killed from outside, resumed at the exact batch",
+        "# 08. Elastic training: a node leaves, the run goes on with fewer workers",
+        "# 09. Troubleshooting: a hang when one rank skips report",
+        "# 13. Exercise 3: make a loop resumable",  # the check crashes the learner's loop once
+    ),
+}
+
+
+def alarming_output(nb, name: str) -> list[str]:
+    """Output of a lesson that ran fine which a learner would read as "it broke", one line each.
+
+    A traceback in a cell not listed in ``FAILURES_ON_PURPOSE[name]``, and any ``TrainingReport(``
+    dump (Ray Train's INFO chatter, kept in the log folder by ``RunConfig(logging_config=...)``).
+    A cell that raised is not counted here: the run already failed on it.
+    """
+    allowed = FAILURES_ON_PURPOSE.get(name, ())
+    found = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        first = cell.source.splitlines()[0] if cell.source else ""
+        text = "".join(out.get("text", "") for out in cell.get("outputs", []) if out.output_type == "stream")
+        if TRACEBACK in text and first not in allowed:
+            found.append(f"cell {index} ({first!r}): a traceback ending {_exception_line(text)!r}")
+        if REPORT_DUMP in text:
+            found.append(f"cell {index} ({first!r}): {text.count(REPORT_DUMP)} {REPORT_DUMP!r} dump(s)")
+    return found
+
+
+def _exception_line(text: str) -> str:
+    """The first traceback's ``SomeError: message`` line, without Ray's colour and ``(Actor pid=..)`` prefix."""
+    import re
+
+    lines = text[text.index(TRACEBACK) :].splitlines()[1:]
+    for line in lines:
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", line)
+        plain = re.sub(r"^\([^)]*\)\s?", "", plain)
+        if plain and not plain.startswith(" "):
+            return plain[:200]
+    return ""
