@@ -1,0 +1,62 @@
+"""Lesson 04's resumable-loop exercise, checked for real: the check crashes rank 1 once early in epoch 1;
+the published solution resumes and passes, a loop that ignores the checkpoint (or restores only the
+weights) fails with a message that names it."""
+
+import re
+
+import pytest
+
+from course_utils import checks, solutions
+
+pytestmark = pytest.mark.integration
+
+# What lesson 04 has imported when the learner's function is defined (setup cell + exercise cell).
+PRELUDE = """
+import time
+import ray.train
+import ray.train.torch
+from course_utils import checkpoints, data, training
+from course_utils.model import unwrap
+"""
+
+SOLUTION = re.search(r"```python\n(.*?)```", solutions.solution("04.4"), re.S).group(1)
+RESTORE = """        worker.optimizer.load_state_dict(state["optimizer"])
+        start_epoch, history = state["epoch"] + 1, state["history"]
+"""
+
+# mistake -> (exact text of the solution to change, its replacement, words the message must hold)
+MISTAKES = {
+    "not resumable": (
+        "    checkpoint = ray.train.get_checkpoint()",
+        "    checkpoint = None",
+        "ignores ray.train.get_checkpoint()",
+    ),
+    "weights but not the epoch": (
+        RESTORE,
+        '        worker.optimizer.load_state_dict(state["optimizer"])\n',
+        "restored the weights but not the epoch",
+    ),
+}
+
+
+def learner_function(source: str):
+    """Define ``my_resumable_loop`` as a notebook cell would (a module cloudpickle sends by value)."""
+    namespace = {"__name__": "learner_cell"}
+    exec(PRELUDE + source, namespace)
+    return namespace["my_resumable_loop"]
+
+
+def test_published_solution_resumes_and_passes(ray_session, storage, capsys):
+    assert checks.check_resumable(learner_function(SOLUTION)) is True
+    assert "Exercise 04.4: correct" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_a_loop_that_does_not_resume_is_named(mistake, ray_session, storage):
+    old, new, words = MISTAKES[mistake]
+    assert old in SOLUTION, f"the solution no longer contains {old!r}: update the test"
+    with pytest.raises(checks.ExerciseError) as caught:
+        checks.check_resumable(learner_function(SOLUTION.replace(old, new, 1)))
+    message = str(caught.value)
+    assert words in message, message
+    assert message.count("\n- ") == 1, f"only the one mistake is reported:\n{message}"
