@@ -17,6 +17,9 @@ The sources of noise in a notebook, each sent to the log folder by the knob Ray 
   timeout under load (placement_group_cleaner.py catches only ``RayStateApiException``): the
   worker setup hook below writes that one thread's traceback into ``logs/train/`` instead of
   stderr. Every other thread's exception keeps Python's default hook.
+- What Ray Train's detached ``PlacementGroupCleaner`` actor logs about itself (e.g. "Monitor thread
+  did not exit within 12.00 seconds"): that process runs no Ray Train logging setup, so its
+  records went to stderr; the hook gives its logger a file in ``logs/train/`` instead.
 - The controller's ERROR "Failed to stop PlacementGroupCleaner gracefully." (with a
   ``GetTimeoutError`` traceback) when that helper is slow to stop under load, at the end of a run
   (placement_group_callback.py): the hook files it as INFO, so Ray Train's level filter keeps it
@@ -36,6 +39,8 @@ WORKER_SETUP_HOOK = "course_utils.logs.setup_worker"
 RAY_INTERNAL_THREADS = ("PlacementGroupCleanerMonitor",)
 # Ray Train modules whose logger is getLogger(__file__), a path, instead of their module name.
 MISNAMED_LOGGERS = ("ray.train.v2._internal.execution.context", "ray.train.collective.collectives")
+# The logger of Ray Train's detached helper actor, whose own process has no Ray Train logging setup.
+CLEANER_LOGGER = "ray.train.v2._internal.execution.controller.placement_group_cleaner"
 # Ray Train's messages about its own helpers, not the run, that it logs above INFO: logger -> starts.
 RAY_INTERNAL_MESSAGES = {
     "ray.train.v2._internal.callbacks.placement_group_callback": ("Failed to stop PlacementGroupCleaner",),
@@ -73,6 +78,23 @@ class _ToLogger(logging.Filter):
         return False
 
 
+class _LogFolder(logging.Handler):
+    """Append records to ``logs/train/<name>-<pid>.err``; the file is made at the first record."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.file = name
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s -- %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        path = _internal_log(self.file)
+        if path is None:
+            logging.lastResort.handle(record)  # outside a Ray worker: stderr, as before
+            return
+        with open(path, "a") as f:
+            f.write(self.format(record) + "\n")
+
+
 def _module_file(module: str) -> str:
     """The ``__file__`` a ``ray`` submodule will have, without importing it."""
     import os
@@ -105,6 +127,10 @@ def setup_worker() -> None:
         logging.getLogger(name).addFilter(_AsInfo(starts))
     for module in MISNAMED_LOGGERS:
         logging.getLogger(_module_file(module)).addFilter(_ToLogger(module))
+    # In the controller Ray Train's dictConfig resets this (a child of ray.train) to its own handlers.
+    cleaner = logging.getLogger(CLEANER_LOGGER)
+    cleaner.addHandler(_LogFolder("PlacementGroupCleaner"))
+    cleaner.propagate = False
 
 
 def _internal_log(thread: str) -> str | None:

@@ -21,6 +21,8 @@ def _hooked(monkeypatch, log_path):
 
     for name in [*logs.RAY_INTERNAL_MESSAGES, *map(logs._module_file, logs.MISNAMED_LOGGERS)]:
         monkeypatch.setattr(logging.getLogger(name), "filters", [])  # the hook's filters go after the test
+    monkeypatch.setattr(logging.getLogger(logs.CLEANER_LOGGER), "handlers", [])
+    monkeypatch.setattr(logging.getLogger(logs.CLEANER_LOGGER), "propagate", True)
     logs.setup_worker()
     return seen
 
@@ -87,3 +89,24 @@ def test_a_logger_named_by_its_file_reaches_ray_train_like_the_others(monkeypatc
     monkeypatch.setattr(logging.root, "handlers", [root])
     misnamed.warning("Reporting training result 1: TrainingReport(...)")
     assert seen == [(module, "Reporting training result 1: TrainingReport(...)")]  # through ray.train only
+
+
+def test_the_cleaner_actors_own_log_lines_go_to_the_log_folder(tmp_path, monkeypatch):
+    import logging
+
+    cleaner = logging.getLogger(logs.CLEANER_LOGGER)
+    _hooked(monkeypatch, str(tmp_path / "PlacementGroupCleaner.err"))
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    monkeypatch.setattr(logging.root, "handlers", [Keep()])
+    cleaner.warning("Monitor thread did not exit within %.2f seconds", 12)
+    assert seen == []  # not on the worker's stderr, so not in the notebook
+    assert "WARNING" in (tmp_path / "PlacementGroupCleaner.err").read_text()
+    assert (
+        "Monitor thread did not exit within 12.00 seconds"
+        in (tmp_path / "PlacementGroupCleaner.err").read_text()
+    )
