@@ -24,21 +24,7 @@ from course_utils import checkpoints, data
 from course_utils.config import Profile, get_profile
 from course_utils.device import get_device
 from course_utils.model import build_resnet18, unwrap
-
-
-def per_worker_batch(global_batch: int, world_size: int) -> int:
-    """Split the global batch evenly across workers, or say clearly why it cannot be."""
-    if world_size < 1 or global_batch < 1:
-        raise ValueError(
-            f"Need a positive batch and worker count, got batch {global_batch}, {world_size} workers."
-        )
-    if global_batch % world_size:
-        lower = global_batch - global_batch % world_size
-        raise ValueError(
-            f"Global batch {global_batch} does not split evenly across {world_size} workers. "
-            f"Use a multiple of {world_size}, e.g. {lower} or {lower + world_size}."
-        )
-    return global_batch // world_size
+from course_utils.plan import per_worker_batch  # re-exported: lesson 02 imports it from here
 
 
 def train_step(
