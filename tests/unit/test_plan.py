@@ -194,3 +194,11 @@ def test_no_none_arithmetic_and_clear_errors(gpus):
         plan.steps_per_epoch(None, 256)
     with pytest.raises(ValueError, match="lessons with a plan: 01, 02, 03, 04"):
         plan.for_lesson("06", FULL_MNIST)
+
+
+def test_per_worker_batch_has_one_definition():
+    # Batch sizing is the plan's; training re-exports it because lesson 02 imports it from there.
+    from course_utils import training
+
+    assert per_worker_batch is plan.per_worker_batch is training.per_worker_batch
+    assert per_worker_batch.__module__ == "course_utils.plan"
