@@ -185,7 +185,9 @@ def setup_worker(config: dict[str, Any]) -> Worker:
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     if rank == 0:
         print(f"[rank 0] {world} worker(s) on {device}, per-worker batch {batch}", flush=True)
-    return Worker(rank, world, device, batch, model, optimizer, train_ds, data.make_loader(test_ds, 512))
+    return Worker(
+        rank, world, device, batch, model, optimizer, train_ds, data.make_loader(test_ds, 512, shuffle=False)
+    )
 
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
