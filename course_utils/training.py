@@ -151,8 +151,9 @@ class Worker:
     test_loader: DataLoader
 
     def epoch_metrics(self, epoch: int, train_loss: float, images: int, seconds: float) -> dict[str, Any]:
-        """An epoch's metrics, the same on every rank: mean loss and images over all workers,
-        test accuracy of the (identical) model on the whole test set."""
+        """An epoch's metrics: loss and throughput over all workers, and this rank's model scored on
+        the whole test set (ranks share the weights; their BatchNorm statistics differ slightly, and
+        Ray keeps rank 0's report)."""
         return {
             "epoch": epoch,
             "train_loss": sum_across_workers(train_loss, self.device) / self.world,
@@ -213,7 +214,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             ray.train.report(metrics, checkpoint=checkpoint)
         if worker.rank == 0:
             print(
-                f"[rank 0] epoch {epoch}: train_loss={train_loss:.4f} accuracy={metrics['accuracy']:.3f}",
+                f"[rank 0] epoch {epoch}: train_loss={metrics['train_loss']:.4f} "
+                f"accuracy={metrics['accuracy']:.3f}",
                 flush=True,
             )
 
