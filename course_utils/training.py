@@ -255,8 +255,10 @@ def make_trainer(
     Storage is ``storage.ray_storage()``: a local folder, a shared mount or ``s3://`` alike.
     ``placement_strategy="SPREAD"`` puts the workers on different nodes of a cluster.
     """
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
+
+    from course_utils import logs
 
     from course_utils.session import check_resources
     from course_utils.storage import check_run, ray_storage
@@ -297,5 +299,6 @@ def make_trainer(
                 else "max",
             ),
             failure_config=FailureConfig(max_failures=max_failures),
+            logging_config=LoggingConfig(log_level=logs.TRAIN_LOG_LEVEL),  # Ray Train's INFO: to its logs
         ),
     )
