@@ -259,7 +259,6 @@ def make_trainer(
     from ray.train.torch import TorchTrainer
 
     from course_utils import logs
-
     from course_utils.session import check_resources
     from course_utils.storage import check_run, ray_storage
 
