@@ -67,3 +67,25 @@ def test_load_model_from_dir_and_file(tmp_path):
 def test_training_state_holds_what_resumption_needs():
     _, _, state = _state()
     assert {"model", "optimizer", "epoch", "history", "rng"} <= set(state)
+
+
+def test_rank0_checkpoint_only_on_rank_0_and_gone_after_report():
+    state = checkpoints.training_state(build_resnet18(), None, 2, [{"epoch": 2}])
+    with checkpoints.rank0_checkpoint(1, state) as other:
+        assert other is None, "ranks other than 0 attach no checkpoint"
+    with checkpoints.rank0_checkpoint(0, state) as checkpoint:
+        from pathlib import Path
+
+        folder = Path(checkpoint.path)
+        assert checkpoints.load_state(checkpoint)["epoch"] == 2, "a whole, loadable checkpoint"
+    assert not folder.exists(), "the temp dir is removed once report has copied it"
+
+
+def test_rank0_checkpoint_never_yields_a_half_written_checkpoint():
+    def crash():
+        raise RuntimeError("died while writing")
+
+    state = checkpoints.training_state(build_resnet18(), None, 0, [])
+    with pytest.raises(RuntimeError, match="died while writing"):
+        with checkpoints.rank0_checkpoint(0, state, before_commit=crash):
+            pytest.fail("the block must not run with a half-written checkpoint")

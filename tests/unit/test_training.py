@@ -48,3 +48,7 @@ def test_loop_config_has_absolute_data_root(mnist_root):
     cfg = training.loop_config(config.SMOKE, epochs=1)
     assert cfg["epochs"] == 1 and cfg["batch_size"] == config.SMOKE.batch_size
     assert cfg["data_root"].startswith("/")
+
+
+def test_sum_across_workers_is_the_value_itself_with_one_process():
+    assert training.sum_across_workers(3.5, torch.device("cpu")) == 3.5
