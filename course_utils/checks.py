@@ -460,40 +460,6 @@ def check_resume_epoch(answer: Any, history: Any, exercise: str = "04.3") -> boo
 RESUMED_LOSS = 0.85
 
 
-class _SettledFirstCheckpoint:
-    """The learner's function; on a fresh start rank 1 pauses ``pause_s`` after its first report.
-
-    Ray Train registers a reported checkpoint only when its controller next polls the workers
-    (every 2 s): a crash sooner than that after ``report`` loses the checkpoint, and the restart
-    would rightly start from scratch. The pause makes "resume from epoch 0's checkpoint" certain.
-    """
-
-    def __init__(self, fn: Callable[[dict[str, Any]], None], pause_s: float = 3.5):
-        self.fn, self.pause_s = fn, pause_s
-
-    def __call__(self, config: dict[str, Any]) -> None:
-        import time
-
-        import ray.train
-
-        if ray.train.get_context().get_world_rank() != 1 or ray.train.get_checkpoint() is not None:
-            self.fn(config)
-            return
-        report = ray.train.report  # fitcheck's recording report
-
-        def report_then_pause(*args: Any, **kwargs: Any) -> Any:
-            result = report(*args, **kwargs)
-            ray.train.report = report  # once
-            time.sleep(self.pause_s)
-            return result
-
-        ray.train.report = report_then_pause
-        try:
-            self.fn(config)
-        finally:
-            ray.train.report = report
-
-
 def _first_epoch(record: Any, attempt: int) -> int | None:
     """The epoch rank 0 started ``attempt`` at: its first set_epoch, else its first report's epoch."""
     set_epochs = record.set_epochs(0, attempt)
@@ -612,7 +578,7 @@ def check_resumable(train_fn: Any, exercise: str = "04.4") -> bool:
         flush=True,
     )
     record = fitcheck.run(
-        _SettledFirstCheckpoint(train_fn),
+        train_fn,
         f"exercise-{exercise.replace('.', '-')}",
         train_size=train_size,
         epochs=epochs,

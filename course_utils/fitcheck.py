@@ -11,12 +11,17 @@ what the function does; it can crash one rank once (``crash_step``) to test resu
 from __future__ import annotations
 
 import os
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+# The rank a crash_step crashes, and how long it waits after each report before going on, so that
+# Ray Train has registered the checkpoint before the crash (its controller polls every 2 s).
+CRASH_RANK = 1
+SETTLE_S = 3.5
 # Short collective timeouts, so a rank that skips ``report`` fails the check in seconds, not never.
 COLLECTIVE_ENV = {"RAY_TRAIN_COLLECTIVE_WARN_INTERVAL_S": "5", "RAY_TRAIN_COLLECTIVE_TIMEOUT_S": "20"}
 
@@ -117,6 +122,7 @@ def recorded_loop(config: dict[str, Any]) -> None:
     recorder = settings["recorder"]
     rank = ray.train.get_context().get_world_rank()
     attempt = ray.get(recorder.start.remote(rank))
+    crashes_here = settings.get("crash_step") is not None and rank == CRASH_RANK and attempt == 1
     pending: list[dict[str, Any]] = []
     sizes: set[int] = set()
     steps = 0
@@ -139,7 +145,13 @@ def recorded_loop(config: dict[str, Any]) -> None:
         plain = {k: v for k, v in dict(metrics).items() if isinstance(v, int | float | str | bool)}
         pending.append(event("report", metrics=plain, checkpoint=checkpoint is not None, steps=steps))
         flush()
-        return real_report(metrics, *args, **kwargs)
+        returned = real_report(metrics, *args, **kwargs)
+        if crashes_here:
+            # Ray Train registers a reported checkpoint when its controller next polls the workers
+            # (every 2 s): a crash sooner than that loses it, and the restart would rightly start
+            # from scratch. Waiting makes "resume from the last checkpoint" the certain outcome.
+            time.sleep(SETTLE_S)
+        return returned
 
     real_set_epoch = DistributedSampler.set_epoch
 
@@ -154,7 +166,7 @@ def recorded_loop(config: dict[str, Any]) -> None:
     def on_step(optimizer: Any, args: Any, kwargs: Any) -> None:
         nonlocal steps
         steps += 1
-        if settings.get("crash_step") == steps and rank == settings.get("crash_rank", 1) and attempt == 1:
+        if crashes_here and steps == settings["crash_step"]:
             from course_utils.faults import InjectedFault
 
             print(f"[check] crashing rank {rank} at its step {steps}, once", flush=True)
@@ -190,7 +202,9 @@ def run(
 
     The run starts fresh (an earlier run of that name is removed) and writes to the learner's
     course storage like every lesson. ``crash_step`` makes rank 1 raise once, at that optimizer
-    step of the first attempt (use with ``max_failures=1``). A failed fit is recorded, not raised.
+    step of the first attempt (use with ``max_failures=1``); until then that rank waits
+    ``SETTLE_S`` after each report, so the crash never outruns a checkpoint. A failed fit is
+    recorded, not raised.
     """
     import cloudpickle
     import ray

@@ -300,6 +300,7 @@ def make_trainer(
         train_loop=train_loop_ray_data,
         datasets={"train": dataset},
         shuffle_buffer=shuffle_buffer,
+        reported_metrics=(*training.REPORTED_METRICS, "rows_seen_rank"),
         **kwargs,
     )
 

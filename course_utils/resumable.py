@@ -75,7 +75,8 @@ def train_loop_resumable(config: dict[str, Any]) -> None:
             ray.train.report(metrics, checkpoint=checkpoint)
         if worker.rank == 0:
             print(
-                f"[rank 0] epoch {epoch}: train_loss={train_loss:.4f} accuracy={metrics['accuracy']:.3f}",
+                f"[rank 0] epoch {epoch}: train_loss={metrics['train_loss']:.4f} "
+                f"accuracy={metrics['accuracy']:.3f}",
                 flush=True,
             )
 

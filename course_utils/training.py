@@ -8,7 +8,7 @@ sees between lessons 01 and 02 is the Ray Train calls. Lessons 03 and 04 build t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,6 +243,7 @@ def make_trainer(
     datasets: dict[str, Any] | None = None,
     score_attribute: str | None = "accuracy",
     placement_strategy: str = "PACK",
+    reported_metrics: Sequence[str] | None = None,
     **config_overrides: Any,
 ):
     """The course's standard ``TorchTrainer`` for run ``name`` (what lesson 02 builds step by step).
@@ -250,7 +251,8 @@ def make_trainer(
     Checks the request fits the cluster first, so a too-big run fails now instead of waiting;
     checks an existing run directory of that name is whole (``storage.check_run``), so a damaged
     one fails now instead of silently starting from scratch; and checks ``score_attribute`` is
-    a metric the course loop reports (Ray only logs an error and keeps checkpoints unordered);
+    one of ``reported_metrics``, what ``train_loop`` reports (Ray only logs an error and keeps
+    checkpoints unordered; the course loop's are known, another loop's are checked when given);
     ``score_attribute=None`` keeps the most recent checkpoints instead.
     Storage is ``storage.ray_storage()``: a local folder, a shared mount or ``s3://`` alike.
     ``placement_strategy="SPREAD"`` puts the workers on different nodes of a cluster.
@@ -262,14 +264,16 @@ def make_trainer(
     from course_utils.session import check_resources
     from course_utils.storage import check_run, ray_storage
 
+    if reported_metrics is None and train_loop is train_loop_per_worker:
+        reported_metrics = REPORTED_METRICS
     if (
-        train_loop is train_loop_per_worker
-        and score_attribute is not None
-        and score_attribute not in REPORTED_METRICS
+        score_attribute is not None
+        and reported_metrics is not None
+        and score_attribute not in reported_metrics
     ):
         raise ValueError(
-            f"checkpoint_score_attribute {score_attribute!r} is not a metric the course loop reports; "
-            f"choose one of {', '.join(REPORTED_METRICS)}."
+            f"checkpoint_score_attribute {score_attribute!r} is not a metric the loop reports; "
+            f"choose one of {', '.join(reported_metrics)}."
         )
     profile = profile or get_profile()
     scaling = ScalingConfig(

@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.path(S3)]
 
 TINY = config.SMOKE.with_(epochs=3, train_size=512, test_size=200, batch_size=64)
 LOOP = resumable.train_loop_resumable  # lesson 04's loop: resumes from get_checkpoint(), reports start_epoch
+REPORTED = resumable.REPORTED_METRICS
 
 
 def test_checkpoints_in_s3_survive_a_killed_run_and_resume(ray_session, s3_storage, tmp_path):
@@ -25,7 +26,9 @@ def test_checkpoints_in_s3_survive_a_killed_run_and_resume(ray_session, s3_stora
     # checkpoint only when its controller next polls the workers), and no retry is allowed.
     fault = faults.crash_once(tmp_path / "marker", rank=1, epoch=1, step=1, how="kill", delay_s=6)
     with pytest.raises(TrainingFailedError):
-        training.make_trainer(name, TINY, max_failures=0, train_loop=LOOP, fault=fault).fit()
+        training.make_trainer(
+            name, TINY, max_failures=0, train_loop=LOOP, reported_metrics=REPORTED, fault=fault
+        ).fit()
 
     path, fs = course_storage.ray_storage()
     assert isinstance(fs, pafs.S3FileSystem)
@@ -36,7 +39,9 @@ def test_checkpoints_in_s3_survive_a_killed_run_and_resume(ray_session, s3_stora
     assert saved["latest_metrics"]["epoch"] == 0, "the killed run left epoch 0's checkpoint"
     assert {f.base_name for f in in_bucket} >= {"state.pt", "history.json"}, "checkpoint files are in S3"
 
-    result = training.make_trainer(name, TINY, max_failures=0, train_loop=LOOP).fit()
+    result = training.make_trainer(
+        name, TINY, max_failures=0, train_loop=LOOP, reported_metrics=REPORTED
+    ).fit()
     history = metric_history(result)
     assert history["epoch"].tolist() == [0, 1, 2]
     assert history["start_epoch"].tolist() == [0, 1, 1], "the new trainer resumed at epoch 1 from S3"
