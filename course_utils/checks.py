@@ -4,7 +4,9 @@ Each exercise cell starts with a placeholder (``...``) where the learner's answe
 called on the placeholder prints "not attempted yet" and where the solution is, without failing
 (so the course runs headless and in CI as shipped); on a wrong answer it raises
 ``ExerciseError`` saying in plain words what is wrong; on a right one it prints why it is right
-and returns True. Solutions live in ``notebooks/solutions/NN_*.md``.
+("Exercise NN.k: correct. ..."). Checks return None, so a notebook cell shows their words and no
+stray ``True``/``False``. Hints and solutions: ``hint("NN.k")``, ``solution("NN.k")``, read from
+``notebooks/solutions/NN_*.md``.
 """
 
 from __future__ import annotations
@@ -69,18 +71,17 @@ def _wrong(exercise: str, message: str) -> ExerciseError:
     return ExerciseError(f"Exercise {exercise}: {message}")
 
 
-def _right(exercise: str, message: str) -> bool:
+def _right(exercise: str, message: str) -> None:
     print(f"Exercise {exercise}: correct. {message}")
-    return True
 
 
 # --------------------------------------------------------------------------- lesson 01
 
 
-def check_steps_per_epoch(answer: Any, dataset_size: int, batch_size: int, exercise: str = "01.1") -> bool:
+def check_steps_per_epoch(answer: Any, dataset_size: int, batch_size: int, exercise: str = "01.1") -> None:
     """How many optimizer steps one epoch takes: a DataLoader keeps the last, smaller batch."""
     if _pending(exercise, answer):
-        return False
+        return None
     expected = math.ceil(dataset_size / batch_size)
     if not isinstance(answer, int | float) or isinstance(answer, bool):
         raise _wrong(
@@ -110,7 +111,7 @@ class _Payload:
         return (open, (str(Path(tempfile.gettempdir()) / "course-unsafe-load-ran"), "w"))
 
 
-def check_safe_loader(load: Any, exercise: str = "01.2") -> bool:
+def check_safe_loader(load: Any, exercise: str = "01.2") -> None:
     """``load(path)`` must return saved weights and refuse a file that would run code, on any
     PyTorch: the crafted file is also loaded the way PyTorch < 2.6 does by default."""
     import torch
@@ -118,7 +119,7 @@ def check_safe_loader(load: Any, exercise: str = "01.2") -> bool:
     from course_utils.model import build_resnet18
 
     if _pending(exercise, load):
-        return False
+        return None
     if not callable(load):
         raise _wrong(exercise, f"the answer should be a function taking a path, got {type(load).__name__}.")
     with tempfile.TemporaryDirectory() as tmp:
@@ -179,10 +180,10 @@ def _environ(values: dict[str, str]):
 # --------------------------------------------------------------------------- lesson 02
 
 
-def check_per_worker_batch(split: Any, exercise: str = "02.1") -> bool:
+def check_per_worker_batch(split: Any, exercise: str = "02.1") -> None:
     """``split(global_batch, workers)`` divides evenly or raises ``ValueError``."""
     if _pending(exercise, split):
-        return False
+        return None
     if not callable(split):
         raise _wrong(exercise, "the answer should be a function split(global_batch, workers).")
     for global_batch, workers, expected in ((128, 2, 64), (128, 4, 32), (256, 1, 256), (96, 3, 32)):
@@ -214,12 +215,12 @@ def check_per_worker_batch(split: Any, exercise: str = "02.1") -> bool:
 
 def check_scaling_config(
     config: Any, num_workers: int, cpus_per_worker: float, use_gpu: bool = False, exercise: str = "02.2"
-) -> bool:
+) -> None:
     """A ``ScalingConfig`` asking for ``num_workers`` workers with ``cpus_per_worker`` CPUs each."""
     from ray.train import ScalingConfig
 
     if _pending(exercise, config):
-        return False
+        return None
     if not isinstance(config, ScalingConfig):
         raise _wrong(
             exercise, f"the answer should be a ray.train.ScalingConfig, got {type(config).__name__}."
@@ -310,14 +311,14 @@ def migration_problems(record: Any) -> list[str]:
     return problems
 
 
-def check_migration(train_fn: Any, exercise: str = "02.3") -> bool:
+def check_migration(train_fn: Any, exercise: str = "02.3") -> None:
     """Run the learner's per-worker function for real (2 workers, 512 digits, 3 epochs) and say
     what is wrong: a rank skipping report, checkpoints from every rank, no set_epoch, the
     wrong per-worker batch, a loss that does not fall."""
     from course_utils import fitcheck
 
     if _pending(exercise, train_fn):
-        return False
+        return None
     if not callable(train_fn):
         raise _wrong(exercise, "the answer should be a function my_train_loop(config).")
     print(f"Exercise {exercise}: training your function on 2 workers for 3 short epochs (about a minute)...")
@@ -337,14 +338,14 @@ def check_migration(train_fn: Any, exercise: str = "02.3") -> bool:
 # --------------------------------------------------------------------------- lesson 03
 
 
-def check_batch_transform(transform: Any, exercise: str = "03.1") -> bool:
+def check_batch_transform(transform: Any, exercise: str = "03.1") -> None:
     """A ``map_batches`` function equal to the course's ``ToTensor`` + ``Normalize`` on a batch."""
     import numpy as np
 
     from course_utils import data, raydata
 
     if _pending(exercise, transform):
-        return False
+        return None
     if not callable(transform):
         raise _wrong(exercise, "the answer should be a function taking a batch dict and returning one.")
     rng = np.random.default_rng(0)
@@ -380,12 +381,12 @@ def check_batch_transform(transform: Any, exercise: str = "03.1") -> bool:
 # --------------------------------------------------------------------------- lesson 04
 
 
-def check_failure_config(config: Any, max_failures: int, exercise: str = "04.1") -> bool:
+def check_failure_config(config: Any, max_failures: int, exercise: str = "04.1") -> None:
     """A ``FailureConfig`` that retries ``max_failures`` times."""
     from ray.train import FailureConfig
 
     if _pending(exercise, config):
-        return False
+        return None
     if not isinstance(config, FailureConfig):
         raise _wrong(
             exercise, f"the answer should be a ray.train.FailureConfig, got {type(config).__name__}."
@@ -403,12 +404,12 @@ def check_failure_config(config: Any, max_failures: int, exercise: str = "04.1")
 
 def check_checkpoint_config(
     config: Any, num_to_keep: int, attribute: str, order: str, exercise: str = "04.2"
-) -> bool:
+) -> None:
     """A ``CheckpointConfig`` keeping the ``num_to_keep`` best checkpoints by ``attribute``."""
     from ray.train import CheckpointConfig
 
     if _pending(exercise, config):
-        return False
+        return None
     if not isinstance(config, CheckpointConfig):
         raise _wrong(
             exercise, f"the answer should be a ray.train.CheckpointConfig, got {type(config).__name__}."
@@ -429,10 +430,10 @@ def check_checkpoint_config(
     return _right(exercise, f"Ray keeps the {num_to_keep} checkpoints with the {order} {attribute}.")
 
 
-def check_resume_epoch(answer: Any, history: Any, exercise: str = "04.3") -> bool:
+def check_resume_epoch(answer: Any, history: Any, exercise: str = "04.3") -> None:
     """The epoch a resumed attempt started at, read from a run's metric history (``start_epoch``)."""
     if _pending(exercise, answer):
-        return False
+        return None
     starts = sorted({int(s) for s in history["start_epoch"]})
     resumed = [s for s in starts if s > 0]
     if not resumed:
@@ -560,14 +561,14 @@ def resumable_problems(record: Any, crash_step: int) -> list[str]:
     return problems
 
 
-def check_resumable(train_fn: Any, exercise: str = "04.4") -> bool:
+def check_resumable(train_fn: Any, exercise: str = "04.4") -> None:
     """Run the learner's per-worker function for real (2 workers, 512 digits, 3 epochs), crash rank 1
     once early in epoch 1 (after epoch 0's checkpoint), and say whether attempt 2 resumed: at epoch 1,
     with the trained weights, ending with a history of every epoch once."""
     from course_utils import fitcheck
 
     if _pending(exercise, train_fn):
-        return False
+        return None
     if not callable(train_fn):
         raise _wrong(exercise, "the answer should be a function my_resumable_loop(config).")
     epochs, train_size, global_batch = 3, 512, 64
@@ -601,12 +602,12 @@ def check_resumable(train_fn: Any, exercise: str = "04.4") -> bool:
 # --------------------------------------------------------------------------- lesson 05
 
 
-def check_accuracy_fn(accuracy: Any, exercise: str = "05.1") -> bool:
+def check_accuracy_fn(accuracy: Any, exercise: str = "05.1") -> None:
     """``accuracy(labels, predictions)`` is the share of equal entries; mismatched inputs raise."""
     import numpy as np
 
     if _pending(exercise, accuracy):
-        return False
+        return None
     if not callable(accuracy):
         raise _wrong(exercise, "the answer should be a function accuracy(labels, predictions).")
     labels = np.array([0, 1, 2, 3, 4, 5, 6, 7])
@@ -633,10 +634,10 @@ def check_accuracy_fn(accuracy: Any, exercise: str = "05.1") -> bool:
 # --------------------------------------------------------------------------- lesson 06
 
 
-def check_inside(inside: Any, exercise: str = "06.1") -> bool:
+def check_inside(inside: Any, exercise: str = "06.1") -> None:
     """``inside(path, root)``: True only for paths strictly under ``root``, after resolving ``..``."""
     if _pending(exercise, inside):
-        return False
+        return None
     if not callable(inside):
         raise _wrong(exercise, "the answer should be a function inside(path, root) -> bool.")
     root = "/srv/course/storage"

@@ -47,7 +47,7 @@ def learner_function(source: str):
 
 
 def test_published_solution_resumes_and_passes(ray_session, storage, capsys):
-    assert checks.check_resumable(learner_function(SOLUTION)) is True
+    checks.check_resumable(learner_function(SOLUTION))
     assert "Exercise 04.4: correct" in capsys.readouterr().out
 
 

@@ -41,7 +41,7 @@ def test_every_check_is_called_by_a_lesson():
 
 @pytest.mark.parametrize("exercise", sorted(PLACEHOLDER_CALLS))
 def test_placeholder_is_not_attempted_and_does_not_fail(exercise, capsys):
-    assert PLACEHOLDER_CALLS[exercise](...) is False
+    assert PLACEHOLDER_CALLS[exercise](...) is None
     out = capsys.readouterr().out
     assert "not attempted yet" in out and f"notebooks/solutions/{exercise[:2]}_" in out
 
@@ -68,11 +68,12 @@ def test_safe_loader_catches_code_running_loads():
     assert "state_dict" in _message(checks.check_safe_loader, lambda path: None)
 
 
-def test_safe_loader_catches_a_loader_that_relies_on_the_default():
+def test_safe_loader_catches_a_loader_that_relies_on_the_default(capsys):
     # Safe on torch >= 2.6 by luck only: before 2.6 the default unpickled anything.
     message = _message(checks.check_safe_loader, lambda path: torch.load(path, map_location="cpu"))
     assert "PyTorch < 2.6" in message and "weights_only=True" in message
-    assert checks.check_safe_loader(lambda path: torch.load(path, map_location="cpu", weights_only=True))
+    checks.check_safe_loader(lambda path: torch.load(path, map_location="cpu", weights_only=True))
+    assert "Exercise 01.2: correct" in capsys.readouterr().out
 
 
 def test_safe_loader_catches_plain_pickle():
