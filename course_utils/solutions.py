@@ -33,35 +33,35 @@ def lesson_number(notebook: str | Path) -> str:
     return Path(notebook).name[:2]
 
 
-def solutions(lesson: str) -> dict[str, str]:
-    """``{"NN.k": code}`` from ``notebooks/solutions/NN_*.md``, in the file's order."""
+def _sections(lesson: str) -> tuple[str, dict[str, str]]:
+    """(file name, ``{"NN.k": text under its heading}``) of ``notebooks/solutions/NN_*.md``, in order."""
     found = sorted(SOLUTIONS.glob(f"{lesson}_*.md"))
     if len(found) != 1:
         raise SolutionsError(f"Expected one notebooks/solutions/{lesson}_*.md, found {len(found)}.")
     text = found[0].read_text()
     headings = list(_HEADING.finditer(text))
+    ends = [h.start() for h in headings[1:]] + [len(text)]
+    return found[0].name, {h["id"]: text[h.end() : end] for h, end in zip(headings, ends, strict=True)}
+
+
+def solutions(lesson: str) -> dict[str, str]:
+    """``{"NN.k": code}`` from ``notebooks/solutions/NN_*.md``, in the file's order."""
+    name, sections = _sections(lesson)
     result = {}
-    for i, heading in enumerate(headings):
-        end = headings[i + 1].start() if i + 1 < len(headings) else len(text)
-        code = _CODE.search(text, heading.end(), end)
+    for exercise, section in sections.items():
+        code = _CODE.search(section)
         if code is None:
-            raise SolutionsError(f"{found[0].name}: Exercise {heading['id']} has no ```python block.")
-        result[heading["id"]] = code["code"]
+            raise SolutionsError(f"{name}: Exercise {exercise} has no ```python block.")
+        result[exercise] = code["code"]
     return result
 
 
 def _section(exercise: str) -> str:
     """The text under ``## Exercise NN.k`` in the lesson's solutions file, up to the next heading."""
-    found = sorted(SOLUTIONS.glob(f"{exercise[:2]}_*.md"))
-    if len(found) != 1:
-        raise SolutionsError(f"Expected one notebooks/solutions/{exercise[:2]}_*.md, found {len(found)}.")
-    text = found[0].read_text()
-    headings = list(_HEADING.finditer(text))
-    for i, heading in enumerate(headings):
-        if heading["id"] == exercise:
-            end = headings[i + 1].start() if i + 1 < len(headings) else len(text)
-            return text[heading.end() : end]
-    raise SolutionsError(f"{found[0].name} has no '## Exercise {exercise}' section.")
+    name, sections = _sections(exercise[:2])
+    if exercise not in sections:
+        raise SolutionsError(f"{name} has no '## Exercise {exercise}' section.")
+    return sections[exercise]
 
 
 def hint(exercise: str) -> str:
