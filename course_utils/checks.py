@@ -11,16 +11,14 @@ stray ``True``/``False``. Hints and solutions: ``hint("NN.k")``, ``solution("NN.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
 import pickle
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from course_utils.config import REPO_ROOT
+from course_utils.config import REPO_ROOT, temporary_env
 
 SOLUTIONS = REPO_ROOT / "notebooks" / "solutions"
 
@@ -69,6 +67,11 @@ def solution(exercise: str) -> None:
 
 def _wrong(exercise: str, message: str) -> ExerciseError:
     return ExerciseError(f"Exercise {exercise}: {message}")
+
+
+def _ran_but(exercise: str, problems: list[str]) -> ExerciseError:
+    """The error for a learner's function that ran for real but did something wrong: one line each."""
+    return _wrong(exercise, "your function ran, but\n" + "\n".join(f"- {p}" for p in problems))
 
 
 def _right(exercise: str, message: str) -> None:
@@ -139,7 +142,7 @@ def check_safe_loader(load: Any, exercise: str = "01.2") -> None:
         for label, env in (("this PyTorch's default", {}), (_OLD_DEFAULT, {_FORCE_UNSAFE_DEFAULT: "1"})):
             marker = Path(tempfile.gettempdir()) / "course-unsafe-load-ran"
             marker.unlink(missing_ok=True)
-            with _environ(env):
+            with temporary_env(env):
                 try:
                     load(evil)
                 except Exception:  # refused, as it should be
@@ -160,21 +163,6 @@ def check_safe_loader(load: Any, exercise: str = "01.2") -> None:
 
 _FORCE_UNSAFE_DEFAULT = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"  # torch's switch: default weights_only=False
 _OLD_DEFAULT = "PyTorch < 2.6's default, weights_only=False"
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]):
-    """Set environment variables for the duration of a block, then restore them."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 # --------------------------------------------------------------------------- lesson 02
@@ -325,7 +313,7 @@ def check_migration(train_fn: Any, exercise: str = "02.3") -> None:
     record = fitcheck.run(train_fn, f"exercise-{exercise.replace('.', '-')}")
     problems = migration_problems(record)
     if problems:
-        raise _wrong(exercise, "your function ran, but\n" + "\n".join(f"- {p}" for p in problems))
+        raise _ran_but(exercise, problems)
     losses = record.losses(0)
     return _right(
         exercise,
@@ -589,7 +577,7 @@ def check_resumable(train_fn: Any, exercise: str = "04.4") -> None:
     )
     problems = resumable_problems(record, crash_step)
     if problems:
-        raise _wrong(exercise, "your function ran, but\n" + "\n".join(f"- {p}" for p in problems))
+        raise _ran_but(exercise, problems)
     first, resumed = (record.reports(0, attempt)[0]["metrics"]["train_loss"] for attempt in (1, 2))
     return _right(
         exercise,

@@ -23,11 +23,13 @@ for ``COURSE_STORAGE`` (called by ``session.start_ray``, ``storage.ray_storage``
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import re
 import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -220,3 +222,18 @@ def ensure_writable_dir(path: Path, variable: str) -> None:
             f"{variable} points at {str(path)!r}, which is not a writable folder ({exc.strerror}). "
             f"Set {variable} to a folder you can write to, e.g. {variable}={tempfile.gettempdir()}/course."
         ) from None
+
+
+@contextlib.contextmanager
+def temporary_env(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of a block, then restore them as they were."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -10,7 +10,6 @@ what the function does; it can crash one rank once (``crash_step``) to test resu
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -212,7 +211,7 @@ def run(
     from ray.train.torch import TorchTrainer
 
     from course_utils import logs, storage, training
-    from course_utils.config import get_profile
+    from course_utils.config import get_profile, temporary_env
 
     if not ray.is_initialized():
         raise RuntimeError("Ray is not running: run the lesson's setup cell (session.start_ray()) first.")
@@ -237,19 +236,12 @@ def run(
             logging_config=LoggingConfig(log_level=logs.TRAIN_LOG_LEVEL),  # the check's words, not Ray's INFO
         ),
     )
-    saved = {key: os.environ.get(key) for key in COLLECTIVE_ENV}
-    os.environ.update(COLLECTIVE_ENV)  # read from the driver's environment when the fit starts
     error, result = None, None
-    try:
-        result = trainer.fit()
-    except Exception as exc:  # TrainingFailedError and friends: the check explains them
-        error = exc
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with temporary_env(COLLECTIVE_ENV):  # read from the driver's environment when the fit starts
+        try:
+            result = trainer.fit()
+        except Exception as exc:  # TrainingFailedError and friends: the check explains them
+            error = exc
     events = ray.get(recorder.all.remote())
     ray.kill(recorder)
     return FitRecord(error, result, epochs, global_batch, num_workers, events)
