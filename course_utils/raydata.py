@@ -276,12 +276,7 @@ def train_loop_ray_data(config: dict[str, Any]) -> None:
         # Every rank reports (report is a barrier); only rank 0 attaches a checkpoint.
         with checkpoints.rank0_checkpoint(worker.rank, worker.state(epoch, history)) as checkpoint:
             ray.train.report(metrics, checkpoint=checkpoint)
-        if worker.rank == 0:
-            print(
-                f"[rank 0] epoch {epoch}: train_loss={metrics['train_loss']:.4f} "
-                f"accuracy={metrics['accuracy']:.3f}",
-                flush=True,
-            )
+        worker.print_epoch(metrics)
 
 
 # Rows each worker mixes in its local shuffle buffer (lesson 03, section 09).

@@ -73,12 +73,7 @@ def train_loop_resumable(config: dict[str, Any]) -> None:
         history.append(metrics)
         with checkpoints.rank0_checkpoint(worker.rank, worker.state(epoch, history)) as checkpoint:
             ray.train.report(metrics, checkpoint=checkpoint)
-        if worker.rank == 0:
-            print(
-                f"[rank 0] epoch {epoch}: train_loss={metrics['train_loss']:.4f} "
-                f"accuracy={metrics['accuracy']:.3f}",
-                flush=True,
-            )
+        worker.print_epoch(metrics)
 
 
 class IndexRecorder(Dataset):

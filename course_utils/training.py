@@ -163,6 +163,15 @@ class Worker:
             "world_size": self.world,
         }
 
+    def print_epoch(self, metrics: dict[str, Any]) -> None:
+        """One line per epoch in the notebook, from rank 0 only: the loss and accuracy it reported."""
+        if self.rank == 0:
+            print(
+                f"[rank 0] epoch {metrics['epoch']}: train_loss={metrics['train_loss']:.4f} "
+                f"accuracy={metrics['accuracy']:.3f}",
+                flush=True,
+            )
+
     def state(self, epoch: int, history: list[dict], **extra: Any) -> dict[str, Any]:
         """What a checkpoint holds: weights, optimizer, epoch, history, RNG (``checkpoints.training_state``)."""
         return checkpoints.training_state(self.model, self.optimizer, epoch, history, **extra)
@@ -212,12 +221,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         # Every rank reports (report is a barrier); only rank 0 attaches a checkpoint.
         with checkpoints.rank0_checkpoint(worker.rank, worker.state(epoch, history)) as checkpoint:
             ray.train.report(metrics, checkpoint=checkpoint)
-        if worker.rank == 0:
-            print(
-                f"[rank 0] epoch {epoch}: train_loss={metrics['train_loss']:.4f} "
-                f"accuracy={metrics['accuracy']:.3f}",
-                flush=True,
-            )
+        worker.print_epoch(metrics)
 
 
 # What train_loop_per_worker reports each epoch: a checkpoint_score_attribute must be one of these.
