@@ -54,9 +54,9 @@ EXPECTED = {
         "02": {"fit": ("smoke", 2, False, 3, 4000, 128, 32)},
         "03": {"fit_ray_data": ("smoke", 2, False, 3, 4000, 128, 32)},
         "04": {
-            "faults": ("smoke", 2, False, 3, 2048, 128, 16),
-            "elastic": ("smoke", 2, False, 3, 2048, 128, 16),
-            "hang": ("smoke", 2, False, 1, 2048, 128, 16),
+            "faults": ("smoke", 2, False, 3, 1024, 128, 8),
+            "elastic": ("smoke", 2, False, 3, 1024, 128, 8),
+            "hang": ("smoke", 2, False, 1, 1024, 128, 8),
         },
     },
     (0, "full"): {  # COURSE_PROFILE=full on a CPU machine: all of MNIST, one CPU worker
@@ -67,9 +67,9 @@ EXPECTED = {
         "02": {"fit": ("full", 1, False, 5, 60000, 256, 235)},
         "03": {"fit_ray_data": ("full", 1, False, 5, 60000, 256, 235)},
         "04": {
-            "faults": ("full", 2, False, 3, 2048, 128, 16),
-            "elastic": ("full", 2, False, 3, 2048, 128, 16),
-            "hang": ("full", 2, False, 1, 2048, 128, 16),
+            "faults": ("full", 2, False, 3, 1024, 128, 8),
+            "elastic": ("full", 2, False, 3, 1024, 128, 8),
+            "hang": ("full", 2, False, 1, 1024, 128, 8),
         },
     },
     (1, "auto"): {  # a 1-GPU runner: lesson 04's two-rank demos on 2 CPU workers
@@ -80,9 +80,9 @@ EXPECTED = {
         "02": {"fit": ("full", 1, True, 5, 60000, 256, 235)},
         "03": {"fit_ray_data": ("full", 1, True, 5, 60000, 256, 235)},
         "04": {
-            "faults": ("full", 2, False, 3, 2048, 128, 16),
-            "elastic": ("full", 2, False, 3, 2048, 128, 16),
-            "hang": ("full", 2, False, 1, 2048, 128, 16),
+            "faults": ("full", 2, False, 3, 1024, 128, 8),
+            "elastic": ("full", 2, False, 3, 1024, 128, 8),
+            "hang": ("full", 2, False, 1, 1024, 128, 8),
         },
     },
     (4, "auto"): {  # 4 GPUs: one worker per GPU, lesson 04's crashes on GPU rank 1; elastic on CPU
@@ -93,9 +93,9 @@ EXPECTED = {
         "02": {"fit": ("full", 4, True, 5, 60000, 256, 235)},
         "03": {"fit_ray_data": ("full", 4, True, 5, 60000, 256, 235)},
         "04": {
-            "faults": ("full", 4, True, 3, 4096, 256, 16),
-            "elastic": ("full", 2, False, 3, 2048, 128, 16),
-            "hang": ("full", 2, False, 1, 2048, 128, 16),
+            "faults": ("full", 4, True, 3, 2048, 256, 8),
+            "elastic": ("full", 2, False, 3, 1024, 128, 8),
+            "hang": ("full", 2, False, 1, 1024, 128, 8),
         },
     },
     (4, "smoke"): {  # COURSE_PROFILE=smoke on a GPU machine: CPU workers; lesson 01 still uses the GPU
@@ -106,9 +106,9 @@ EXPECTED = {
         "02": {"fit": ("smoke", 2, False, 3, 4000, 128, 32)},
         "03": {"fit_ray_data": ("smoke", 2, False, 3, 4000, 128, 32)},
         "04": {
-            "faults": ("smoke", 2, False, 3, 2048, 128, 16),
-            "elastic": ("smoke", 2, False, 3, 2048, 128, 16),
-            "hang": ("smoke", 2, False, 1, 2048, 128, 16),
+            "faults": ("smoke", 2, False, 3, 1024, 128, 8),
+            "elastic": ("smoke", 2, False, 3, 1024, 128, 8),
+            "hang": ("smoke", 2, False, 1, 1024, 128, 8),
         },
     },
 }
@@ -147,14 +147,14 @@ def test_lesson_04_says_how_and_why_its_demos_run(gpus, count):
 
 @pytest.mark.parametrize("count", [0, 1, 4])
 def test_lesson_04_fault_steps_leave_room_for_the_demos(gpus, count):
-    """Section 03 crashes at steps // 2 + 2, section 07 SIGKILLs at steps - 5 after checkpoints
-    every 4 steps: both inside the epoch, with at least one mid-epoch checkpoint before the kill."""
+    """Section 03 crashes at steps // 2 + 2, section 07 SIGKILLs at steps - 3 after checkpoints
+    every 4 steps: both inside the epoch, with a mid-epoch checkpoint before the kill."""
     gpus(count)
     for sizes in (FULL_MNIST, OFFLINE):
         faults = plan.for_lesson("04", sizes)["faults"]
         steps = faults.steps_per_epoch
-        crash_step, kill_step = steps // 2 + 2, steps - 5
-        assert 0 < crash_step < steps and (kill_step // 4) * 4 >= 4, (sizes, steps)
+        crash_step, kill_step = steps // 2 + 2, steps - 3
+        assert 0 < crash_step < steps and 4 <= (kill_step // 4) * 4 < kill_step < steps, (sizes, steps)
         p = faults.profile
         expected = resumable.expected_indices(p.train_size, world=p.num_workers, epochs=1, seed=p.seed)
         assert len(expected[0]) == p.num_workers and len(expected[0][1]) == math.ceil(
@@ -165,7 +165,7 @@ def test_lesson_04_fault_steps_leave_room_for_the_demos(gpus, count):
 def test_offline_data_caps_the_sizes(gpus):
     gpus(4)
     lesson04 = plan.for_lesson("04", OFFLINE)
-    assert lesson04["faults"].profile.train_size == 4000 and lesson04["faults"].steps_per_epoch == 16
+    assert lesson04["faults"].profile.train_size == 2048 and lesson04["faults"].steps_per_epoch == 8
     fit = plan.for_lesson("02", OFFLINE)["fit"]
     assert (fit.profile.train_size, fit.profile.test_size, fit.steps_per_epoch) == (4000, 1000, 16)
 
@@ -175,7 +175,7 @@ def test_an_odd_gpu_count_gets_a_batch_it_can_split(gpus):
     fit = plan.for_lesson("02", FULL_MNIST)["fit"]
     assert (fit.profile.num_workers, fit.profile.batch_size) == (3, 255)
     faults = plan.for_lesson("04", FULL_MNIST)["faults"]
-    assert (faults.profile.num_workers, faults.profile.batch_size, faults.steps_per_epoch) == (3, 255, 16)
+    assert (faults.profile.num_workers, faults.profile.batch_size, faults.steps_per_epoch) == (3, 255, 8)
 
 
 def test_the_plan_takes_sizes_from_the_data_object(gpus):
