@@ -27,6 +27,17 @@ HOWS = ("raise", "kill", "external")
 EXTERNAL_HOLD_S = 60.0
 
 
+def settle_s() -> float:
+    """How long a fault waits before firing (its ``delay_s``), so the last reported checkpoint counts.
+
+    Ray Train registers a reported checkpoint when its controller next polls the workers, every
+    ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S`` (2 s by default; the course's smoke profile sets 0.5 s):
+    a crash sooner than that after ``report()`` can lose the checkpoint (measured: a kill 1.6 s after
+    a report, with 2 s polls). Two polls: 1 s in the smoke profile, 4 s with Ray's default.
+    """
+    return 2 * float(os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S") or 2.0)
+
+
 class InjectedFault(RuntimeError):
     """The error an in-loop crash raises, so the output says plainly it was on purpose."""
 

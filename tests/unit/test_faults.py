@@ -183,3 +183,10 @@ def test_stateful_loader_resumes_at_the_exact_batch():
     assert first + rest == uninterrupted
     assert len(first) == 8
     assert uninterrupted == resumable.expected_indices(40, world=2, epochs=4)[3][1]
+
+
+def test_settle_s_is_two_of_the_controllers_polls(monkeypatch):
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")  # the smoke profile's
+    assert faults.settle_s() == 1.0
+    monkeypatch.delenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S")
+    assert faults.settle_s() == 4.0  # Ray's default: a poll every 2 s
