@@ -278,18 +278,23 @@ class ExtraNode:
         self.node_id: str | None = None
         self.error: BaseException | None = None
         self.stopped_at: float | None = None
+        self._ports: dict[str, int] = {}
 
     def start(self, timeout_s: float = 120.0) -> ExtraNode:
         """Start the node and wait until the cluster lists it alive."""
+        return self.launch().wait_joined(timeout_s)
+
+    def launch(self) -> ExtraNode:
+        """Run ``ray start`` for this node and return at once (``wait_joined`` waits for it)."""
         import ray
 
-        before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         ray_cli = Path(sys.executable).with_name("ray")
         # A temp dir of its own (short: Ray's unix sockets live under it). Sharing the head's would
         # make this node's log monitor replay every earlier worker's output into the notebook, and
         # `ray start` would record this cluster as the machine's default one for any later ray.init().
         self.temp_dir = Path(tempfile.mkdtemp(prefix="rx-", dir="/tmp"))
         self.log = self.temp_dir / "ray-start.log"
+        self._ports = {flag: free_port() for flag in _NODE_PORT_FLAGS}
         fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.process = subprocess.Popen(
             [
@@ -304,7 +309,7 @@ class ExtraNode:
                 "--disable-usage-stats",
                 # Fixed default ports (e.g. the dashboard agent's 52365) are taken by the head
                 # node on the same machine: give this node free ones.
-                *(f"--{flag}={free_port()}" for flag in _NODE_PORT_FLAGS),
+                *(f"--{flag}={port}" for flag, port in self._ports.items()),
             ],
             stdout=fd,
             stderr=subprocess.STDOUT,
@@ -313,11 +318,28 @@ class ExtraNode:
             env={**os.environ, "RAY_ADDRESS": "", "RAY_agent_register_timeout_ms": "120000"},
         )
         os.close(fd)  # the node writes to its own copy of the descriptor
+        return self
+
+    def _joined(self) -> dict[str, Any] | None:
+        """This node's entry in ``ray.nodes()`` once it is alive (several nodes may be joining at
+        once): the one whose raylet socket lives under this node's temp dir, or that exports its
+        metrics on the port this node was given."""
+        import ray
+
+        mine, metrics = str(self.temp_dir) + os.sep, self._ports["metrics-export-port"]
+        for n in ray.nodes():
+            socket_here = str(n.get("RayletSocketName", "")).startswith(mine)
+            if n["Alive"] and (socket_here or n.get("MetricsExportPort") == metrics):
+                return n
+        return None
+
+    def wait_joined(self, timeout_s: float = 120.0) -> ExtraNode:
+        """Wait until the cluster lists this (launched) node alive; stop it and raise if it does not."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            new = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] not in before]
-            if new:
-                self.node_id = new[0]["NodeID"]
+            joined = self._joined()
+            if joined:
+                self.node_id = joined["NodeID"]
                 print(f"[driver] node {self.node_id[:12]} joined with {self.resources or {}} ", flush=True)
                 return self
             if self.process.poll() is not None:
@@ -337,9 +359,11 @@ class ExtraNode:
         """Start from a daemon thread once ``condition()`` is true (a node joining mid-run)."""
         self._when(condition, self.start, poll_s, timeout_s)
 
-    def stop_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
+    def stop_when(
+        self, condition, poll_s: float = 0.5, timeout_s: float = 600.0, graceful: bool = False
+    ) -> None:
         """Stop from a daemon thread once ``condition()`` is true (a node lost mid-run)."""
-        self._when(condition, self.stop, poll_s, timeout_s)
+        self._when(condition, lambda: self.stop(graceful=graceful), poll_s, timeout_s)
 
     def _when(self, condition, action, poll_s: float, timeout_s: float) -> None:
         def wait() -> None:
@@ -355,20 +379,31 @@ class ExtraNode:
                 action()
             except Exception as exc:  # a thread must not fail silently: keep it for the caller
                 self.error = exc
-                print(f"[driver] extra node: {action.__name__} failed: {exc}", flush=True)
+                print(f"[driver] extra node: stopping or starting failed: {exc}", flush=True)
 
         threading.Thread(target=wait, name="extra-node", daemon=True).start()
 
-    def stop(self) -> None:
-        """End the node abruptly, like a machine losing power: SIGKILL its process group (idempotent)."""
+    def stop(self, graceful: bool = False) -> None:
+        """End the node (idempotent). By default abruptly, like a machine losing power: SIGKILL
+        its process group; the head notices only when its health checks fail (≈ 15 s here).
+        ``graceful=True``: SIGTERM, like a machine being shut down or a cloud VM reclaimed; the
+        raylet tells the head it is leaving, so the cluster knows at once. Whatever is still
+        running after that gets SIGKILL."""
         if self.process is not None and self.process.poll() is None:
             try:
-                os.killpg(self.process.pid, signal.SIGKILL)
+                if graceful:
+                    os.killpg(self.process.pid, signal.SIGTERM)
+                    try:
+                        self.process.wait(timeout=15)
+                    except subprocess.TimeoutExpired:
+                        pass
+                os.killpg(self.process.pid, signal.SIGKILL)  # the rest of the group, if any
             except ProcessLookupError:
                 pass
             self.process.wait(timeout=30)
             self.stopped_at = time.time()
-            print("[driver] extra node killed: its processes, and the worker on it, are gone", flush=True)
+            how = "shut down (SIGTERM)" if graceful else "killed (SIGKILL)"
+            print(f"[driver] extra node {how}: its processes, and the worker on it, are gone", flush=True)
         if self.node_id and self.temp_dir is not None:  # it joined: nothing in its start-up output to read
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -418,12 +453,17 @@ def add_local_nodes(
     reason = extra_node_blocker()
     if reason:
         return [], reason
-    nodes: list[ExtraNode] = []
+    # All start at once (each `ray start` spends most of its time waiting for its own processes),
+    # then each is waited for.
+    nodes = [ExtraNode(num_cpus=num_cpus, resources=resources) for _ in range(count)]
+    launched: list[ExtraNode] = []
     try:
-        for _ in range(count):
-            nodes.append(ExtraNode(num_cpus=num_cpus, resources=resources).start())
-    except RuntimeError as err:
         for node in nodes:
+            launched.append(node.launch())
+        for node in nodes:
+            node.wait_joined()
+    except RuntimeError as err:
+        for node in launched:
             node.stop()
         if not os.environ.get("RAY_ADDRESS"):
             raise

@@ -44,7 +44,7 @@ def test_a_connected_cluster_whose_head_runs_here_can_take_one(cluster_at, host)
 def test_a_remote_cluster_is_skipped_in_one_line(cluster_at, monkeypatch):
     cluster_at("192.0.2.77:6379")  # TEST-NET-1: never an address of this machine
     started = []
-    monkeypatch.setattr(cluster.ExtraNode, "start", lambda self, **kw: started.append(self) or self)
+    monkeypatch.setattr(cluster.ExtraNode, "launch", lambda self: started.append(self) or self)
     nodes, reason = cluster.add_local_nodes(2, resources={"slot": 1})
     assert nodes == [] and not started, "nothing is started for a cluster on other machines"
     assert reason.startswith("the cluster at 192.0.2.77:6379 runs on other machines") and "\n" not in reason
@@ -53,28 +53,32 @@ def test_a_remote_cluster_is_skipped_in_one_line(cluster_at, monkeypatch):
 @pytest.mark.path(CLUSTER_PATH)
 def test_a_node_that_cannot_join_a_connected_cluster_is_a_reason_not_a_traceback(cluster_at, monkeypatch):
     cluster_at("127.0.0.2:6379")
-    calls, stopped = [], []
+    launched, waited, stopped = [], [], []
 
-    def start(self, **kw):
-        calls.append(self)
-        if len(calls) == 2:
+    def wait_joined(self, timeout_s=120.0):
+        waited.append(self)
+        if len(waited) == 2:
             raise RuntimeError("The extra Ray node did not join the cluster within 120 s: version mismatch")
         return self
 
-    monkeypatch.setattr(cluster.ExtraNode, "start", start)
-    monkeypatch.setattr(cluster.ExtraNode, "stop", lambda self: stopped.append(self))
+    monkeypatch.setattr(cluster.ExtraNode, "launch", lambda self: launched.append(self) or self)
+    monkeypatch.setattr(cluster.ExtraNode, "wait_joined", wait_joined)
+    monkeypatch.setattr(cluster.ExtraNode, "stop", lambda self, graceful=False: stopped.append(self))
     nodes, reason = cluster.add_local_nodes(2, resources={"slot": 1})
-    assert nodes == [] and stopped == calls[:1], "the node that did join is stopped again"
+    assert len(launched) == 2 and waited == launched, "both start at once, then each is waited for"
+    assert nodes == [] and stopped == launched, "the node that did join is stopped again"
     assert "could not join the cluster at 127.0.0.2:6379" in reason and "version mismatch" in reason
 
 
 def test_locally_a_node_that_cannot_join_raises(cluster_at, monkeypatch):
     cluster_at(None)
 
-    def start(self, **kw):
+    def wait_joined(self, timeout_s=120.0):
         raise RuntimeError("did not join")
 
-    monkeypatch.setattr(cluster.ExtraNode, "start", start)
+    monkeypatch.setattr(cluster.ExtraNode, "launch", lambda self: self)
+    monkeypatch.setattr(cluster.ExtraNode, "wait_joined", wait_joined)
+    monkeypatch.setattr(cluster.ExtraNode, "stop", lambda self, graceful=False: None)
     with pytest.raises(RuntimeError, match="did not join"):
         cluster.add_local_nodes(1)
 
@@ -119,3 +123,47 @@ def test_external_killer_never_kills_a_process_that_is_not_a_local_train_worker(
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_node_is_recognised_by_its_own_socket_or_metrics_port(tmp_path, monkeypatch):
+    """Several nodes join at once: each finds its own entry in ray.nodes(), not just any new one."""
+    node = cluster.ExtraNode()
+    node.temp_dir, node._ports = tmp_path / "rx-a", {"metrics-export-port": 40001}
+    others = {
+        "NodeID": "b",
+        "Alive": True,
+        "RayletSocketName": "/tmp/rx-b/s/raylet",
+        "MetricsExportPort": 40002,
+    }
+    mine = {
+        "NodeID": "a",
+        "Alive": True,
+        "RayletSocketName": f"{node.temp_dir}/s/raylet",
+        "MetricsExportPort": 1,
+    }
+    monkeypatch.setattr(ray, "nodes", lambda: [others])
+    assert node._joined() is None
+    monkeypatch.setattr(ray, "nodes", lambda: [others, mine])
+    assert node._joined()["NodeID"] == "a"
+    by_port = {"NodeID": "c", "Alive": True, "MetricsExportPort": 40001}
+    monkeypatch.setattr(ray, "nodes", lambda: [others, by_port])
+    assert node._joined()["NodeID"] == "c"
+
+
+@pytest.mark.parametrize("graceful", [False, True])
+def test_stop_ends_the_whole_process_group(graceful):
+    """stop() ends the node's own process group: SIGKILL, or SIGTERM first when graceful."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)",
+        ],
+        start_new_session=True,
+    )
+    node = cluster.ExtraNode()
+    node.process = process
+    node.stop(graceful=graceful)
+    assert process.poll() is not None and node.stopped_at is not None
+    with pytest.raises(ProcessLookupError):
+        os.killpg(process.pid, 0)  # nothing of the group is left
