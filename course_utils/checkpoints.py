@@ -10,6 +10,7 @@ fails to load.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import random
@@ -142,6 +143,35 @@ def rank0_checkpoint(
         yield ray.train.Checkpoint.from_directory(str(directory))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def rank0_snapshot(
+    rank: int, state: dict[str, Any], *, before_commit: Callable[[], None] | None = None
+) -> tuple[Any, Callable[[Any, str], Any] | None]:
+    """For an asynchronous report: ``(checkpoint, write_then_upload)`` on rank 0, ``(None, None)`` elsewhere.
+
+    Use it as ``ray.train.report(metrics, checkpoint=checkpoint,
+    checkpoint_upload_mode=CheckpointUploadMode.ASYNC, checkpoint_upload_fn=write_then_upload)``.
+    The training thread only copies ``state`` in memory (the weights change at the next step);
+    Ray's upload thread then writes the copy into the checkpoint's folder (``write_checkpoint_dir``:
+    written, loaded back, only then uploaded) and copies it to the run's storage, while training
+    goes on. The folder is a ``tempfile.mkdtemp()``, not a ``TemporaryDirectory``: it must outlive
+    this call; Ray deletes it after the upload. A crash before the upload finishes loses only
+    this checkpoint: Ray registers a checkpoint once it is in storage.
+    """
+    import ray.train
+
+    if rank != 0:
+        return None, None
+    snapshot = copy.deepcopy(state)
+    directory = tempfile.mkdtemp(prefix="course-ckpt-")
+
+    def write_then_upload(checkpoint: Any, checkpoint_dir_name: str) -> Any:
+        write_checkpoint_dir(snapshot, directory, before_commit=before_commit)
+        storage = ray.train.get_context().get_storage()  # Ray's own copy to the run's storage
+        return storage.persist_current_checkpoint(checkpoint, checkpoint_dir_name)
+
+    return ray.train.Checkpoint.from_directory(directory), write_then_upload
 
 
 def restore(

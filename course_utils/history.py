@@ -1,22 +1,84 @@
-"""The full metric history of a Ray Train run.
+"""The full metric history of a Ray Train run, the Ray way.
 
-Ray Train V2 keeps only reports that carried a checkpoint, and only for the checkpoints it
-still keeps (``num_to_keep``). The course loop therefore stores every epoch's metrics inside
-each checkpoint (``history.json``); the latest checkpoint holds the whole history.
+``Result`` keeps only reports that carried a checkpoint, and only for the checkpoints it still
+keeps (``num_to_keep``). ``ReportLog`` is a Ray Train V2 ``UserCallback``: on the run's
+controller, after every ``ray.train.report``, it appends rank 0's metrics to ``reports.json`` in
+the run's folder, so the history has every report, survives retries and is continued by a manual
+restore (a new trainer with the same name reads the file first). ``metric_history`` reads it
+from a ``Result``; for a bare checkpoint (or a run without the callback) it falls back to the
+``history.json`` every course checkpoint carries.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.fs as pafs
+from ray.train import UserCallback
 
 from course_utils.checkpoints import HISTORY_FILE, CheckpointError
 
+REPORT_LOG = "reports.json"
+
+
+def run_folder(
+    storage_path: str, storage_filesystem: pafs.FileSystem | None, name: str
+) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path) of run ``name`` as ``RunConfig(storage_path, storage_filesystem)`` places it."""
+    if storage_filesystem is None:
+        fs, root = pafs.FileSystem.from_uri(
+            storage_path if "://" in storage_path else str(Path(storage_path).absolute())
+        )
+    else:
+        fs, root = storage_filesystem, storage_path
+    return fs, f"{root.rstrip('/')}/{name}"
+
+
+def read_reports(fs: pafs.FileSystem, folder: str) -> list[dict[str, Any]] | None:
+    """The rows ``ReportLog`` wrote for the run in ``folder``; None when it wrote none."""
+    path = f"{folder}/{REPORT_LOG}"
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as stream:
+        return json.loads(stream.read().decode())
+
+
+class ReportLog(UserCallback):
+    """Keeps every report's metrics (rank 0's) in ``reports.json`` in the run folder.
+
+    Runs on the Ray Train controller, not on the workers: ``after_report`` is called once all
+    workers have reported. Each row gets ``checkpoint`` (the folder name, or None) and
+    ``reported_at`` (a Unix time). The file is rewritten whole (S3 has no append).
+    """
+
+    def __init__(self) -> None:
+        self._rows: list[dict[str, Any]] | None = None
+
+    def after_report(self, run_context: Any, metrics: list[dict[str, Any]], checkpoint: Any) -> None:
+        config = run_context.get_run_config()
+        fs, folder = run_folder(config.storage_path, config.storage_filesystem, config.name)
+        if self._rows is None:  # a restored run: continue the file its earlier trainers wrote
+            self._rows = read_reports(fs, folder) or []
+        row = {**metrics[0], "checkpoint": Path(checkpoint.path).name if checkpoint else None}
+        self._rows.append({**row, "reported_at": time.time()})
+        fs.create_dir(folder, recursive=True)
+        partial = f"{folder}/{REPORT_LOG}.partial"
+        with fs.open_output_stream(partial) as stream:
+            stream.write(json.dumps(self._rows, indent=1, default=str).encode())
+        fs.move(partial, f"{folder}/{REPORT_LOG}")  # readers never see half a file
+
 
 def metric_history(source: Any) -> pd.DataFrame:
-    """Every reported epoch as a DataFrame, from a Result, a Checkpoint or a checkpoint dir."""
+    """Every report as a DataFrame, from a ``Result`` (its ``ReportLog`` rows), or every epoch
+    stored in a checkpoint (a ``Result`` without the log, a ``Checkpoint`` or a checkpoint dir)."""
+    if hasattr(source, "path") and hasattr(source, "filesystem") and hasattr(source, "checkpoint"):
+        rows = read_reports(source.filesystem, source.path)
+        if rows is not None:
+            return pd.DataFrame(rows).drop(columns=["checkpoint", "reported_at"])
     checkpoint = getattr(source, "checkpoint", source)
     if checkpoint is None:
         raise CheckpointError("This run reported no checkpoint, so there is no history to read.")
@@ -29,8 +91,6 @@ def metric_history(source: Any) -> pd.DataFrame:
 
 
 def _read(directory: Any) -> list[dict]:
-    from pathlib import Path
-
     path = Path(directory) / HISTORY_FILE
     if not path.is_file():
         raise CheckpointError(f"No {HISTORY_FILE} in checkpoint {directory}.")

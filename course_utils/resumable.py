@@ -34,6 +34,7 @@ REPORTED_METRICS_MID_EPOCH = (
     *training.REPORTED_METRICS,
     "step",
     "attempt",
+    "upload",
     "partial_epoch",
 )
 
@@ -127,15 +128,20 @@ def make_stateful_loader(dataset: Dataset, batch: int, rank: int, world: int, se
 def train_loop_mid_epoch(config: dict[str, Any]) -> None:
     """Ray Train worker loop that checkpoints every ``config["checkpoint_every"]`` steps.
 
+    Checkpoints upload asynchronously (``config["checkpoint_uploads"]``, default ``["async"]``;
+    ``["sync", "async"]`` alternates the two, so one run measures both side by side).
+
     Resumes from ``ray.train.get_checkpoint()`` (``checkpoints.restore``) at the saved (epoch,
     step): model, optimizer, RNG and the DataLoader's iterator state are restored, so no batch is
     repeated or skipped. Its own per-step loop (``train_step``): it checkpoints between steps.
     """
     import ray.train
+    from ray.train import CheckpointUploadMode
 
     worker = training.setup_worker(config)
     rank, world = worker.rank, worker.world
     every = int(config.get("checkpoint_every", 5))
+    uploads = list(config.get("checkpoint_uploads", ["async"]))
     fault = config.get("fault")
     recorder = IndexRecorder(worker.train_ds)
     loader = make_stateful_loader(recorder, worker.batch, rank, world, config["seed"])
@@ -173,7 +179,15 @@ def train_loop_mid_epoch(config: dict[str, Any]) -> None:
             while len(seen) <= done_epoch:
                 seen.append([[] for _ in range(world)])
             seen[done_epoch][r].extend(indices)
-        row = {"epoch": done_epoch, "step": done_steps, "world_size": world, "attempt": len(attempts), **row}
+        upload = uploads[len(history) % len(uploads)]  # "sync" / "async"; several alternate, to compare them
+        row = {
+            "epoch": done_epoch,
+            "step": done_steps,
+            "world_size": world,
+            "attempt": len(attempts),
+            "upload": upload,
+            **row,
+        }
         history.append(row)
         state = worker.state(
             done_epoch,
@@ -190,9 +204,23 @@ def train_loop_mid_epoch(config: dict[str, Any]) -> None:
             faults.maybe_fail(fault, rank=rank, epoch=done_epoch, step=done_steps, during="checkpoint")
 
         start = time.perf_counter()
-        with checkpoints.rank0_checkpoint(rank, state, before_commit=crash_while_writing) as checkpoint:
-            ray.train.report(dict(row), checkpoint=checkpoint)  # a copy: the row gets its checkpoint_s below
-        row["checkpoint_s"] = time.perf_counter() - start  # travels in the next checkpoint
+        # async: the training thread only copies the state; Ray's upload thread writes and uploads it
+        if upload == "async":
+            checkpoint, write_then_upload = checkpoints.rank0_snapshot(
+                rank, state, before_commit=crash_while_writing
+            )
+            ray.train.report(
+                dict(row),  # a copy: the row gets its checkpoint_s below
+                checkpoint=checkpoint,
+                checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
+                checkpoint_upload_fn=write_then_upload,
+            )
+        else:  # synchronous: written, loaded back and uploaded before report returns
+            with checkpoints.rank0_checkpoint(rank, state, before_commit=crash_while_writing) as checkpoint:
+                ray.train.report(dict(row), checkpoint=checkpoint)
+        row["checkpoint_s"] = (
+            time.perf_counter() - start
+        )  # what training waited; travels in the next checkpoint
 
     while epoch < config["epochs"]:
         loader.sampler.set_epoch(epoch)  # same shuffle as an uninterrupted run of this epoch

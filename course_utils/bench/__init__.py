@@ -1,8 +1,8 @@
-"""``python -m course_utils.bench {train,ingest,recovery,inference}``: side-by-side measurements.
+"""``python -m course_utils.bench {train,ingest,checkpoint,validation,recovery,inference}``: side-by-side measurements.
 
 Each subcommand measures the alternatives a lesson compares in one process run and prints
 ``name: value`` lines, ending with the ratio that matters. Every benchmark lives in this package,
-one module each (``train``, ``ingest``, ``recovery``, ``inference``), with a ``main(argv)`` that
+one module each (``train``, ``ingest``, ``checkpoint``, ``validation``, ``recovery``, ``inference``), with a ``main(argv)`` that
 parses its own options (``python -m course_utils.bench ingest --help``). The lessons never import
 this package; it imports the domain modules whose code it measures.
 """
@@ -17,6 +17,8 @@ from collections.abc import Sequence
 COMMANDS: dict[str, str] = {
     "train": "images/s: plain PyTorch vs Ray Train (2x1 CPU, 1x2 CPU) on the same cores (lesson 02)",
     "ingest": "rows/s: per-row PIL map vs vectorised map_batches vs torch DataLoader (lesson 03)",
+    "checkpoint": "seconds a training step waits per checkpoint save, sync vs async upload; share of the epoch (lesson 04)",
+    "validation": "epoch seconds: every rank scoring the whole test set vs each rank scoring its share (lesson 02)",
     "recovery": "seconds from a worker's SIGKILL to the next training step; checkpoint share of epoch time (lesson 04)",
     "inference": "images/s: one remote predict call per image vs Ray Data batch inference with an actor pool (lesson 05)",
 }

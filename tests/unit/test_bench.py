@@ -18,6 +18,8 @@ OPTIONS = {
     "train": "--epochs",
     "ingest": "--rows",
     "recovery": "--checkpoint-every",
+    "checkpoint": "--checkpoint-every",
+    "validation": "--test-size",
     "inference": "--pool-size",
 }
 

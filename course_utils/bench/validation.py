@@ -1,0 +1,50 @@
+"""``python -m course_utils.bench validation``: epoch time when every rank scores the whole test
+set vs the course's choice, each rank scoring its share (lesson 02's ``Worker.epoch_metrics``).
+
+Two runs of lesson 02's loop (``training.train_loop_per_worker``), identical but for
+``shard_eval``, one after the other in this process. An epoch is its training plus its
+evaluation (``epoch_time_s + eval_s``, median over epochs after the first); the ratio is
+every-rank / sharded. Accuracy is printed for both: scoring each digit once changes no figure
+beyond the ranks' slightly different BatchNorm statistics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Sequence
+
+from course_utils import data, session, storage, training
+from course_utils.config import get_profile
+from course_utils.history import metric_history
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    """Every rank evaluating vs sharded evaluation: epoch seconds and their ratio, one process run."""
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.bench validation", description=(main.__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--train-size", type=int, default=2000)
+    parser.add_argument("--test-size", type=int, default=1000)
+    parser.add_argument("--epochs", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    data.ensure_mnist(verbose=False)
+    session.start_ray(verbose=False, include_dashboard=False)
+    profile = get_profile().with_(train_size=args.train_size, test_size=args.test_size, epochs=args.epochs)
+    out: dict[str, float] = {"train_size": args.train_size, "test_size": args.test_size}
+    for label, shard in (("every_rank", False), ("sharded", True)):
+        name = f"bench-validation-{label}"
+        storage.reset_run(name)
+        try:
+            rows = metric_history(training.make_trainer(name, profile, shard_eval=shard).fit())
+        finally:
+            storage.reset_run(name)
+        steady = rows.iloc[1:] if len(rows) > 1 else rows
+        out[f"{label}_eval_s"] = statistics.median(steady["eval_s"])
+        out[f"{label}_epoch_s"] = statistics.median(steady["epoch_time_s"] + steady["eval_s"])
+        out[f"{label}_final_accuracy"] = float(rows["accuracy"].iloc[-1])
+    out["every_rank_over_sharded_epoch_ratio"] = out["every_rank_epoch_s"] / out["sharded_epoch_s"]
+    for key, value in out.items():
+        print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}", flush=True)
+    return out
