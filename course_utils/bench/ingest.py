@@ -1,7 +1,8 @@
 """``python -m course_utils.bench ingest``: rows/s of the ingest paths lesson 03 compares, on
 full-MNIST-sized replicated digits: per-row PIL ``map``, vectorised ``map_batches``, the bare
 read, and a plain torch ``DataLoader`` over ``DigitsDataset``. Timing is ``raydata.measure_ingest``
-(the lesson's own)."""
+(the lesson's own); the Parquet layout is ``raydata.write_parquet``'s (the lesson's too): one
+fixed-size 784-byte value per digit, uncompressed, in ``raydata.BENCH_FILES`` large files."""
 
 from __future__ import annotations
 
@@ -57,7 +58,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(prog="python -m course_utils.bench ingest", description=main.__doc__)
     parser.add_argument("--rows", type=int, default=60_000, help="rows to measure (digits replicated)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per pipeline (best of)")
-    parser.add_argument("--files", type=int, default=8, help="Parquet files (read parallelism)")
+    parser.add_argument(
+        "--files",
+        type=int,
+        default=raydata.BENCH_FILES,
+        help="Parquet files (read tasks); few large ones keep Ray Data's per-task overhead low",
+    )
     args = parser.parse_args(argv)
 
     data.ensure_mnist(verbose=False)

@@ -78,6 +78,24 @@ def test_write_parquet_round_trip_and_rewrite_replaces(tmp_path, digits):
     np.testing.assert_array_equal(table.column("label").to_numpy(), labels)
 
 
+def test_write_parquet_layout_is_fixed_size_and_uncompressed(tmp_path, digits):
+    """The layout the fast path relies on: one FIXED_LEN_BYTE_ARRAY of 784 bytes per digit, no
+    compression, no dictionary page; rows still come back as bytes for the per-row transform."""
+    images, labels = digits
+    path = tmp_path / "digits.parquet"
+    raydata.write_parquet(images[:64], labels[:64], path, num_files=1)
+    (file,) = sorted(path.glob("*.parquet"))
+    meta = pq.ParquetFile(file).metadata
+    assert meta.num_row_groups == 1
+    column = meta.row_group(0).column(0)
+    assert column.path_in_schema == "image" and column.physical_type == "FIXED_LEN_BYTE_ARRAY"
+    assert column.compression == "UNCOMPRESSED" and not column.has_dictionary_page
+    row = pq.read_table(file).slice(5, 1).to_pylist()[0]
+    assert isinstance(row["image"], bytes) and len(row["image"]) == 784
+    expected = data.TRANSFORM(Image.fromarray(images[5], mode="L")).numpy()
+    np.testing.assert_allclose(raydata.per_row_pil(row)["image"], expected, rtol=0, atol=1e-6)
+
+
 def test_write_parquet_rejects_bad_shapes(tmp_path, digits):
     images, labels = digits
     with pytest.raises(ValueError) as wrong_shape:
