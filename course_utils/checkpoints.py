@@ -16,6 +16,7 @@ import os
 import random
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,29 @@ def rank0_snapshot(
         return storage.persist_current_checkpoint(checkpoint, checkpoint_dir_name)
 
     return ray.train.Checkpoint.from_directory(directory), write_then_upload
+
+
+def save_wait_s(state: dict[str, Any], destination: str | Path, rounds: int = 3) -> dict[str, float]:
+    """Seconds a training step waits for one save of ``state``, best of ``rounds``, both ways.
+
+    ``sync``: what ``rank0_checkpoint`` + a synchronous ``report`` do before training goes on
+    (write the folder, load it back, copy it into ``destination``, as Ray copies it to storage).
+    ``async``: what ``rank0_snapshot`` does (copy the state in memory); the rest runs on Ray's
+    upload thread. Measured in this process, with no Ray Train run.
+    """
+    destination = Path(destination)
+    best = {"sync": float("inf"), "async": float("inf")}
+    for _ in range(rounds):
+        start = time.perf_counter()
+        directory = write_checkpoint_dir(state)
+        shutil.copytree(directory, destination / directory.name)
+        best["sync"] = min(best["sync"], time.perf_counter() - start)
+        shutil.rmtree(directory)
+        shutil.rmtree(destination / directory.name)
+        start = time.perf_counter()
+        copy.deepcopy(state)
+        best["async"] = min(best["async"], time.perf_counter() - start)
+    return best
 
 
 def restore(

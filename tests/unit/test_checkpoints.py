@@ -1,5 +1,6 @@
 import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,3 +90,33 @@ def test_rank0_checkpoint_never_yields_a_half_written_checkpoint():
     with pytest.raises(RuntimeError, match="died while writing"):
         with checkpoints.rank0_checkpoint(0, state, before_commit=crash):
             pytest.fail("the block must not run with a half-written checkpoint")
+
+
+def test_save_wait_times_both_ways_and_leaves_nothing_behind(tmp_path):
+    state = checkpoints.training_state(build_resnet18(), None, 0, [])
+    waits = checkpoints.save_wait_s(state, tmp_path, rounds=1)
+    assert set(waits) == {"sync", "async"} and all(0 < w < 60 for w in waits.values())
+    assert list(tmp_path.iterdir()) == []  # the copies are removed
+
+
+def test_rank0_snapshot_uploads_the_state_as_it_was_at_report_time(monkeypatch):
+    import types
+
+    import ray.train
+
+    persisted = []
+
+    class Storage:
+        def persist_current_checkpoint(self, checkpoint, name):
+            persisted.append(name)
+            return checkpoint
+
+    monkeypatch.setattr(ray.train, "get_context", lambda: types.SimpleNamespace(get_storage=Storage))
+    weights = torch.zeros(3)
+    checkpoint, write_then_upload = checkpoints.rank0_snapshot(0, {"model": {"w": weights}, "history": []})
+    weights += 1  # the next optimizer step, before Ray's upload thread has written anything
+    assert not (Path(checkpoint.path) / checkpoints.STATE_FILE).exists()
+    uploaded = write_then_upload(checkpoint, "checkpoint_000001")
+    assert persisted == ["checkpoint_000001"]
+    assert torch.equal(checkpoints.load_state(uploaded.path)["model"]["w"], torch.zeros(3))
+    assert checkpoints.rank0_snapshot(1, {"model": {}}) == (None, None)  # other ranks attach nothing
