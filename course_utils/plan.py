@@ -27,13 +27,14 @@ from course_utils.config import Profile
 
 LESSONS = ("01", "02", "03", "04")
 
-# Lesson 04's failure demos: room for a crash in the middle of an epoch (section 03 crashes at
-# step steps // 2 + 2) and for a mid-epoch checkpoint before the SIGKILL (section 07 checkpoints
+# Lesson 04's failure demos: room for a crash inside an epoch (section 03 crashes at step 2)
+# and for a mid-epoch checkpoint before the SIGKILL (section 07 checkpoints
 # every 4 steps and kills at step steps - 3, one step past the checkpoint at step 4). They are
 # about failures, not accuracy, and every step costs time (an all-reduce of 11 M parameters on
 # CPU), so an epoch has no more steps than the demos need.
 FAULT_DEMO_STEPS = 8
 FAULT_DEMO_EPOCHS = 3  # crashes in epochs 1 and 2, a manual restore for the rest
+ELASTIC_DEMO_EPOCHS = 2  # one epoch on 2 workers, one on the worker left
 # On CPU workers: 2 workers, 8 steps of a global batch of 128 per epoch, a 500-digit test set.
 CPU_DEMO = {"num_workers": 2, "batch_size": 128, "train_size": 1024, "test_size": 500}
 
@@ -193,7 +194,13 @@ def _lesson04(active: Profile, real: Profile, gpus: int, train: int, test: int) 
     )
     return {
         "faults": faults,
-        "elastic": Run("elastic", cpu, elastic_why, "08: a node leaves an elastic (1, 2) run"),
+        # Epoch 0 on 2 workers, the node leaves, epoch 1 on the 1 left.
+        "elastic": Run(
+            "elastic",
+            cpu.with_(epochs=ELASTIC_DEMO_EPOCHS),
+            elastic_why,
+            "08: a node leaves an elastic (1, 2) run",
+        ),
         "hang": Run(
             "hang",
             cpu.with_(epochs=1),
