@@ -278,7 +278,9 @@ class ExtraNode:
         self.node_id: str | None = None
         self.error: BaseException | None = None
         self.stopped_at: float | None = None
+        self.joined_at: float | None = None  # time.monotonic() when the cluster first listed it alive
         self._ports: dict[str, int] = {}
+        self._joiner: threading.Thread | None = None
 
     def start(self, timeout_s: float = 120.0) -> ExtraNode:
         """Start the node and wait until the cluster lists it alive."""
@@ -333,14 +335,15 @@ class ExtraNode:
                 return n
         return None
 
-    def wait_joined(self, timeout_s: float = 120.0) -> ExtraNode:
+    def wait_joined(self, timeout_s: float = 120.0, quiet: bool = False) -> ExtraNode:
         """Wait until the cluster lists this (launched) node alive; stop it and raise if it does not."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             joined = self._joined()
             if joined:
-                self.node_id = joined["NodeID"]
-                print(f"[driver] node {self.node_id[:12]} joined with {self.resources or {}} ", flush=True)
+                self.node_id, self.joined_at = joined["NodeID"], time.monotonic()
+                if not quiet:
+                    self.say_joined()
                 return self
             if self.process.poll() is not None:
                 break
@@ -354,6 +357,22 @@ class ExtraNode:
             + ("(its `ray start` exited)" if exited else f"within {timeout_s:.0f} s")
             + f"{said} (`ray start` output in {self.log})."
         )
+
+    def say_joined(self) -> None:
+        print(f"[driver] node {self.node_id[:12]} joined with {self.resources or {}} ", flush=True)
+
+    def wait_joined_in_background(self, timeout_s: float = 120.0) -> ExtraNode:
+        """``wait_joined`` in a daemon thread (it records ``joined_at`` or ``error``); ``joined`` waits for it."""
+
+        def wait() -> None:
+            try:
+                self.wait_joined(timeout_s, quiet=True)
+            except Exception as exc:  # kept for joined(), which raises it or turns it into a reason
+                self.error = exc
+
+        self._joiner = threading.Thread(target=wait, name="extra-node-join", daemon=True)
+        self._joiner.start()
+        return self
 
     def start_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
         """Start from a daemon thread once ``condition()`` is true (a node joining mid-run)."""
@@ -440,33 +459,64 @@ def extra_node_blocker() -> str | None:
 
 
 def add_local_nodes(
-    count: int, num_cpus: int = 1, resources: dict[str, float] | None = None
+    count: int, num_cpus: int = 1, resources: dict[str, float] | None = None, wait: bool = True
 ) -> tuple[list[ExtraNode], str | None]:
     """Start ``count`` ``ExtraNode``s and return ``(nodes, None)``, or ``([], why not)`` in one line.
 
     On a local Ray a node that fails to join raises (a bug to see). On a cluster we connected to,
     the reason is returned instead (``extra_node_blocker``, or the node's own error), so the
-    section that needs the nodes can say in one line why it is skipped there.
+    section that needs the nodes can say in one line why it is skipped there. All nodes start at
+    once (each ``ray start`` mostly waits for its own processes), then each is waited for.
+    ``wait=False`` returns as soon as they are launched and waits in the background: call
+    ``joined(nodes)`` before using them.
     """
-    import ray
-
     reason = extra_node_blocker()
     if reason:
         return [], reason
-    # All start at once (each `ray start` spends most of its time waiting for its own processes),
-    # then each is waited for.
     nodes = [ExtraNode(num_cpus=num_cpus, resources=resources) for _ in range(count)]
     launched: list[ExtraNode] = []
     try:
         for node in nodes:
             launched.append(node.launch())
-        for node in nodes:
-            node.wait_joined()
-    except RuntimeError as err:
+    except Exception:
         for node in launched:
             node.stop()
-        if not os.environ.get("RAY_ADDRESS"):
-            raise
-        address = ray.get_runtime_context().gcs_address
-        return [], f"a Ray node started on this machine could not join the cluster at {address}: {err}"
-    return nodes, None
+        raise
+    if not wait:
+        for node in nodes:
+            node.wait_joined_in_background()
+        return nodes, None
+    reason = joined(nodes)
+    return ([], reason) if reason else (nodes, None)
+
+
+def joined(nodes: list[ExtraNode], timeout_s: float = 120.0) -> str | None:
+    """Wait until every one of ``nodes`` (from ``add_local_nodes``) joined; say so, return None.
+
+    If one did not: all are stopped, and on a local Ray its error is raised; on a cluster we
+    connected to the reason comes back in one line instead.
+    """
+    import ray
+
+    for node in nodes:
+        if node._joiner is not None:
+            node._joiner.join(timeout_s)
+        elif node.node_id is None and node.error is None:
+            try:
+                node.wait_joined(timeout_s, quiet=True)
+            except RuntimeError as exc:
+                node.error = exc
+    failed = [node for node in nodes if node.error is not None or node.node_id is None]
+    if not failed:
+        for node in nodes:
+            node.say_joined()
+        return None
+    for node in nodes:
+        node.stop()
+    err = failed[0].error or RuntimeError(
+        f"The extra Ray node did not join the cluster within {timeout_s:.0f} s."
+    )
+    if not os.environ.get("RAY_ADDRESS"):
+        raise err
+    address = ray.get_runtime_context().gcs_address
+    return f"a Ray node started on this machine could not join the cluster at {address}: {err}"

@@ -55,10 +55,11 @@ def test_a_node_that_cannot_join_a_connected_cluster_is_a_reason_not_a_traceback
     cluster_at("127.0.0.2:6379")
     launched, waited, stopped = [], [], []
 
-    def wait_joined(self, timeout_s=120.0):
+    def wait_joined(self, timeout_s=120.0, quiet=False):
         waited.append(self)
         if len(waited) == 2:
             raise RuntimeError("The extra Ray node did not join the cluster within 120 s: version mismatch")
+        self.node_id = f"node-{len(waited)}"
         return self
 
     monkeypatch.setattr(cluster.ExtraNode, "launch", lambda self: launched.append(self) or self)
@@ -73,7 +74,7 @@ def test_a_node_that_cannot_join_a_connected_cluster_is_a_reason_not_a_traceback
 def test_locally_a_node_that_cannot_join_raises(cluster_at, monkeypatch):
     cluster_at(None)
 
-    def wait_joined(self, timeout_s=120.0):
+    def wait_joined(self, timeout_s=120.0, quiet=False):
         raise RuntimeError("did not join")
 
     monkeypatch.setattr(cluster.ExtraNode, "launch", lambda self: self)
@@ -167,3 +168,33 @@ def test_stop_ends_the_whole_process_group(graceful):
     assert process.poll() is not None and node.stopped_at is not None
     with pytest.raises(ProcessLookupError):
         os.killpg(process.pid, 0)  # nothing of the group is left
+
+
+@pytest.mark.parametrize("connected", [False, True])
+def test_nodes_started_in_the_background_are_waited_for_by_joined(cluster_at, monkeypatch, capsys, connected):
+    """wait=False returns at once; joined() waits, says which joined, and fails like wait=True would."""
+    cluster_at("127.0.0.2:6379" if connected else None)
+    monkeypatch.setattr(cluster.ExtraNode, "launch", lambda self: self)
+    stopped = []
+    monkeypatch.setattr(cluster.ExtraNode, "stop", lambda self, graceful=False: stopped.append(self))
+
+    def wait_joined(self, timeout_s=120.0, quiet=False):
+        self.node_id, self.joined_at = f"id-{id(self)}", 1.0
+        return self
+
+    monkeypatch.setattr(cluster.ExtraNode, "wait_joined", wait_joined)
+    nodes, reason = cluster.add_local_nodes(2, resources={"slot": 1}, wait=False)
+    assert len(nodes) == 2 and reason is None
+    assert cluster.joined(nodes) is None and capsys.readouterr().out.count("joined with") == 2
+
+    def fails(self, timeout_s=120.0, quiet=False):
+        raise RuntimeError("The extra Ray node did not join the cluster: version mismatch")
+
+    monkeypatch.setattr(cluster.ExtraNode, "wait_joined", fails)
+    nodes, _ = cluster.add_local_nodes(2, resources={"slot": 1}, wait=False)
+    if connected:
+        assert "could not join the cluster at 127.0.0.2:6379" in cluster.joined(nodes)
+    else:
+        with pytest.raises(RuntimeError, match="version mismatch"):
+            cluster.joined(nodes)
+    assert stopped == nodes, "a failed start stops every node it started"
