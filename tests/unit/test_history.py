@@ -24,3 +24,73 @@ def test_run_without_checkpoint_is_a_clear_error():
 def test_checkpoint_without_history_is_a_clear_error(tmp_path):
     with pytest.raises(checkpoints.CheckpointError, match="history.json"):
         metric_history(tmp_path)
+
+
+class _RunContext:
+    def __init__(self, storage_path, name):
+        from ray.train import RunConfig
+
+        self.config = RunConfig(name=name, storage_path=str(storage_path))
+
+    def get_run_config(self):
+        return self.config
+
+
+class _Checkpoint:
+    def __init__(self, path):
+        self.path = path
+
+
+def _report(log, context, epoch, checkpoint=True):
+    metrics = [{"epoch": epoch, "accuracy": 0.5 + epoch / 10}, {"epoch": epoch, "accuracy": 0.0}]
+    log.after_report(context, metrics, _Checkpoint(f"/x/checkpoint_{epoch}") if checkpoint else None)
+
+
+def test_report_log_keeps_every_report_and_a_restored_run_continues_it(tmp_path):
+    import pyarrow.fs as pafs
+
+    from course_utils.history import ReportLog, read_reports
+
+    context = _RunContext(tmp_path, "run")
+    first = ReportLog()
+    _report(first, context, 0)
+    _report(first, context, 1, checkpoint=False)  # a report without a checkpoint is kept too
+    restored = ReportLog()  # a new trainer with the same name (a manual restore), on a new controller
+    _report(restored, context, 2)
+    rows = read_reports(pafs.LocalFileSystem(), f"{tmp_path}/run")
+    assert [r["epoch"] for r in rows] == [0, 1, 2]
+    assert [r["accuracy"] for r in rows] == [0.5, 0.6, 0.7]  # rank 0's metrics
+    assert [r["checkpoint"] for r in rows] == ["checkpoint_0", None, "checkpoint_2"]
+    assert not (tmp_path / "run" / "reports.json.partial").exists()
+
+    class Result:  # what fit() returns: the run folder and its filesystem, and the latest checkpoint
+        path, filesystem, checkpoint = f"{tmp_path}/run", pafs.LocalFileSystem(), None
+
+    frame = metric_history(Result())
+    assert frame["epoch"].tolist() == [0, 1, 2] and "reported_at" not in frame
+
+
+def test_fit_progress_follows_the_log_and_needs_the_callback(tmp_path):
+    from ray.train import RunConfig
+
+    from course_utils.history import ReportLog
+    from course_utils.progress import fit_progress
+
+    class Trainer:
+        run_config = RunConfig(name="run", storage_path=str(tmp_path), callbacks=[ReportLog()])
+
+    log = ReportLog()
+    context = _RunContext(tmp_path, "run")
+    _report(log, context, 0)  # an earlier trainer's report: the bar starts after it
+    with fit_progress(Trainer(), total=3, every_s=0.05) as bar:
+        assert bar.n == 1
+        _report(log, context, 1)
+        _report(log, context, 2)
+    assert bar.n == 3 and bar.postfix and "accuracy=0.7" in bar.postfix
+
+    class Bare:
+        run_config = RunConfig(name="run", storage_path=str(tmp_path))
+
+    with pytest.raises(ValueError, match="ReportLog"):
+        with fit_progress(Bare()):
+            pass
