@@ -27,7 +27,12 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
         help="batch side scores the test digits this many times over (60: full-MNIST-sized, 60,000 in smoke)",
     )
     parser.add_argument("--pool-size", type=int, default=2, help="model actors in the Ray Data pool")
-    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument(
+        "--cpus-per-actor", type=int, default=1, help="CPUs (= torch threads) per model actor"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=256, help="digits per model(batch) call, Ray and plain"
+    )
     args = parser.parse_args(argv)
 
     data.ensure_mnist(verbose=False)
@@ -43,9 +48,11 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
         batch_copies=args.copies,
         pool_size=args.pool_size,
         batch_size=args.batch_size,
+        cpus_per_actor=args.cpus_per_actor,
         progress=False,
     )
     print(f"pool_size: {args.pool_size}")
+    print(f"cpus_per_actor: {args.cpus_per_actor}")
     print(f"batch_size: {args.batch_size}")
     print("\n".join(result.lines()), flush=True)
     return result
