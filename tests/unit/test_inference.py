@@ -82,6 +82,35 @@ def test_throughput_lines_end_with_the_ratio():
     assert lines[-1] == "batch_vs_per_image_ratio: 20.0"
 
 
+def test_throughput_with_plain_pytorch_ends_with_both_ratios():
+    t = inference.Throughput(
+        per_image_images=100,
+        per_image_seconds=1.0,
+        batch_images=10_000,
+        batch_seconds=5.0,
+        plain_images=10_000,
+        plain_seconds=4.0,
+        plain_threads=2,
+    )
+    assert t.plain_rate == 2500 and t.plain_ratio == pytest.approx(0.8)
+    lines = t.lines()
+    assert lines[-2:] == ["batch_vs_plain_torch_ratio: 0.80", "batch_vs_per_image_ratio: 20.0"]
+    assert "plain_torch_images_per_s: 2500.0" in lines
+
+
+def test_inference_model_and_plain_loop_predict_like_the_eager_model(checkpoint_dir, mnist_root):
+    images, _ = data.raw_arrays(train=False, size=40, root=mnist_root)
+    model = load_model(checkpoint_dir)
+    expected = predict(model, inference.to_model_input(images)).numpy()
+    fast = inference.inference_model(model, inference.to_model_input(images[:16]))
+    with torch.inference_mode():  # traced on 16 digits, used on 40: any batch size works
+        assert np.array_equal(fast(inference.to_model_input(images)).argmax(dim=1).numpy(), expected)
+    threads = torch.get_num_threads()
+    got = inference.plain_pytorch_predict(str(checkpoint_dir), images, batch_size=16, threads=1)
+    assert np.array_equal(got, expected)  # 16 + 16 + 8: the short last batch too
+    assert torch.get_num_threads() == threads  # the driver's setting is restored
+
+
 def test_confusion_matrix_plot(tmp_path):
     from course_utils import plots
 
