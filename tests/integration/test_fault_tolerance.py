@@ -115,8 +115,9 @@ def test_exhausted_retries_raise_then_same_name_resumes(shared_storage):
 
 @pytest.fixture(scope="module")
 def mid_epoch_run(shared_storage):
-    """Mid-epoch checkpoints every 3 steps; a crash at epoch 0 step 6 and a SIGKILL of rank 0
-    while it writes the checkpoint after epoch 1 step 6."""
+    """Mid-epoch checkpoints every 3 steps, uploaded asynchronously; a crash at epoch 0 step 7 and a
+    SIGKILL of rank 0 during the upload of the checkpoint after epoch 1 step 6 (the write runs on
+    Ray's upload thread while training goes on: a crash right after an async report)."""
     markers = shared_storage / "markers"
     specs = [
         faults.crash_once(markers / "mid", rank=1, epoch=0, step=7, delay_s=SETTLE_S),
@@ -125,7 +126,13 @@ def mid_epoch_run(shared_storage):
         ),
     ]
     trainer = resumable.make_trainer_mid_epoch(
-        "ft-mid-epoch", _profile(2), max_failures=2, num_to_keep=3, checkpoint_every=3, fault=specs
+        "ft-mid-epoch",
+        _profile(2),
+        max_failures=2,
+        num_to_keep=3,
+        checkpoint_every=3,
+        checkpoint_uploads=["async"],
+        fault=specs,
     )
     result = trainer.fit()
     return {"result": result, "state": checkpoints.load_state(result.checkpoint), "specs": specs}
@@ -137,7 +144,7 @@ def test_mid_epoch_resume_sees_every_sample_once(mid_epoch_run):
     expected = resumable.expected_indices(SMALL["train_size"], world=2, epochs=2)
     assert all(faults.fired(s) for s in mid_epoch_run["specs"])
     # crash at step 7 after the step-6 checkpoint -> resume at exactly (0, 6); the kill during the
-    # (1, 6) checkpoint write -> that checkpoint never existed -> resume at (1, 3).
+    # (1, 6) checkpoint's async upload -> Ray never registered it -> resume at (1, 3), the last uploaded.
     assert starts == [(0, 0), (0, 6), (1, 3)]
     assert state["seen"] == expected  # same indices, same order: no duplicates, no gaps
     for epoch in state["seen"]:
