@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Sequence
+from typing import Any
 
 # subcommand -> one-line help; the body is ``course_utils.bench.<subcommand>.main``
 COMMANDS: dict[str, str] = {
@@ -22,6 +23,12 @@ COMMANDS: dict[str, str] = {
     "recovery": "seconds from a worker's SIGKILL to the next training step; checkpoint share of epoch time (lesson 04)",
     "inference": "images/s: one remote predict call per image vs Ray Data batch inference with an actor pool (lesson 05)",
 }
+
+
+def print_lines(values: dict[str, Any]) -> None:
+    """A benchmark's ``name: value`` lines, in order (floats to 3 decimals): the last is its ratio."""
+    for key, value in values.items():
+        print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

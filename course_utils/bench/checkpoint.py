@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from course_utils import checkpoints, data, resumable, session, storage
+from course_utils.bench import print_lines
 from course_utils.config import get_profile
 
 
@@ -78,6 +79,5 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     finally:
         storage.reset_run(name)
     out = {"train_size": args.train_size, "checkpoint_every_steps": args.checkpoint_every, **overhead(rows)}
-    for key, value in out.items():
-        print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}", flush=True)
+    print_lines(out)
     return out

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from course_utils import checkpoints, data, faults, resumable, session, storage
+from course_utils.bench import print_lines
 from course_utils.config import get_profile
 from course_utils.storage import local_output_dir
 
@@ -66,6 +67,5 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         "epoch_time_s": epoch_time,
         "checkpoint_share_of_epoch": share,
     }
-    for key, value in lines.items():
-        print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")
+    print_lines(lines)
     return lines

@@ -16,6 +16,7 @@ import statistics
 from collections.abc import Sequence
 
 from course_utils import data, session, storage, training
+from course_utils.bench import print_lines
 from course_utils.config import get_profile
 from course_utils.history import metric_history
 
@@ -53,6 +54,5 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         out[f"{label}_epoch_s"] = train_s + out[f"{label}_eval_s"]
     out["every_rank_over_sharded_eval_ratio"] = out["every_rank_eval_s"] / out["sharded_eval_s"]
     out["every_rank_over_sharded_epoch_ratio"] = out["every_rank_epoch_s"] / out["sharded_epoch_s"]
-    for key, value in out.items():
-        print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}", flush=True)
+    print_lines(out)
     return out
