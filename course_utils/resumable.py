@@ -218,9 +218,8 @@ def train_loop_mid_epoch(config: dict[str, Any]) -> None:
         else:  # synchronous: written, loaded back and uploaded before report returns
             with checkpoints.rank0_checkpoint(rank, state, before_commit=crash_while_writing) as checkpoint:
                 ray.train.report(dict(row), checkpoint=checkpoint)
-        row["checkpoint_s"] = (
-            time.perf_counter() - start
-        )  # what training waited; travels in the next checkpoint
+        # what training waited; travels in the next checkpoint
+        row["checkpoint_s"] = time.perf_counter() - start
 
     while epoch < config["epochs"]:
         loader.sampler.set_epoch(epoch)  # same shuffle as an uninterrupted run of this epoch

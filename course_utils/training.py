@@ -128,13 +128,13 @@ def loop_config(profile: Profile | None = None, **overrides: Any) -> dict[str, A
     return config
 
 
-def sum_across_workers(value: float, device: torch.device) -> float:
-    """The sum of ``value`` over all Ray Train workers (just ``value`` with one worker)."""
+def sum_across_workers(values: Sequence[float], device: torch.device) -> list[float]:
+    """Each of ``values`` summed over all Ray Train workers, in one all-reduce (as given with one worker)."""
     if not torch.distributed.is_available() or not torch.distributed.is_initialized():
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
+        return [float(v) for v in values]
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
     torch.distributed.all_reduce(t)
-    return t.item()
+    return t.tolist()
 
 
 @dataclass
@@ -161,14 +161,17 @@ class Worker:
         scores = evaluate(unwrap(self.model), self.test_loader, self.device)
         eval_s = time.perf_counter() - start
         scored = len(self.test_loader.dataset)
-        total = sum_across_workers(scored, self.device)
+        loss_sum, images_sum, scored_sum, test_loss_sum, hits_sum = sum_across_workers(
+            [train_loss, images, scored, scores["test_loss"] * scored, scores["accuracy"] * scored],
+            self.device,
+        )
         return {
             "epoch": epoch,
-            "train_loss": sum_across_workers(train_loss, self.device) / self.world,
-            "test_loss": sum_across_workers(scores["test_loss"] * scored, self.device) / total,
-            "accuracy": sum_across_workers(scores["accuracy"] * scored, self.device) / total,
+            "train_loss": loss_sum / self.world,
+            "test_loss": test_loss_sum / scored_sum,
+            "accuracy": hits_sum / scored_sum,
             "epoch_time_s": seconds,
-            "images_per_s": sum_across_workers(images, self.device) / seconds,
+            "images_per_s": images_sum / seconds,
             "eval_s": eval_s,
             "world_size": self.world,
         }

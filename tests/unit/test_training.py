@@ -51,4 +51,4 @@ def test_loop_config_has_absolute_data_root(mnist_root):
 
 
 def test_sum_across_workers_is_the_value_itself_with_one_process():
-    assert training.sum_across_workers(3.5, torch.device("cpu")) == 3.5
+    assert training.sum_across_workers([3.5, 2], torch.device("cpu")) == [3.5, 2.0]
