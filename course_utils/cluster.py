@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -279,6 +280,8 @@ class ExtraNode:
         self.error: BaseException | None = None
         self.stopped_at: float | None = None
         self.joined_at: float | None = None  # time.monotonic() when the cluster first listed it alive
+        self.joined_time: float | None = None  # the same moment by the wall clock (Ray's logs use it)
+        self.gone_time: float | None = None  # wall clock when the cluster first listed it dead (wait_gone)
         self._ports: dict[str, int] = {}
         self._joiner: threading.Thread | None = None
 
@@ -341,7 +344,11 @@ class ExtraNode:
         while time.monotonic() < deadline:
             joined = self._joined()
             if joined:
-                self.node_id, self.joined_at = joined["NodeID"], time.monotonic()
+                self.node_id, self.joined_at, self.joined_time = (
+                    joined["NodeID"],
+                    time.monotonic(),
+                    time.time(),
+                )
                 if not quiet:
                     self.say_joined()
                 return self
@@ -374,17 +381,32 @@ class ExtraNode:
         self._joiner.start()
         return self
 
-    def start_when(self, condition, poll_s: float = 0.5, timeout_s: float = 600.0) -> None:
-        """Start from a daemon thread once ``condition()`` is true (a node joining mid-run)."""
-        self._when(condition, self.start, poll_s, timeout_s)
+    def start_when(
+        self, condition, poll_s: float = 0.5, timeout_s: float = 600.0, then: Callable[[], Any] | None = None
+    ) -> None:
+        """Start from a daemon thread once ``condition()`` is true (a node joining mid-run); once it
+        joined, call ``then()`` (e.g. ``refresh_autoscaling_coordinator``)."""
+        self._when(condition, self.start, poll_s, timeout_s, then)
 
     def stop_when(
-        self, condition, poll_s: float = 0.5, timeout_s: float = 600.0, graceful: bool = False
+        self,
+        condition,
+        poll_s: float = 0.5,
+        timeout_s: float = 600.0,
+        graceful: bool = False,
+        then: Callable[[], Any] | None = None,
     ) -> None:
-        """Stop from a daemon thread once ``condition()`` is true (a node lost mid-run)."""
-        self._when(condition, lambda: self.stop(graceful=graceful), poll_s, timeout_s)
+        """Stop from a daemon thread once ``condition()`` is true (a node lost mid-run); with ``then``,
+        wait until the cluster lists the node dead (``wait_gone``), then call ``then()``."""
 
-    def _when(self, condition, action, poll_s: float, timeout_s: float) -> None:
+        def stop() -> None:
+            self.stop(graceful=graceful)
+            if then is not None:
+                self.wait_gone()
+
+        self._when(condition, stop, poll_s, timeout_s, then)
+
+    def _when(self, condition, action, poll_s: float, timeout_s: float, then=None) -> None:
         def wait() -> None:
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
@@ -396,11 +418,28 @@ class ExtraNode:
                 time.sleep(poll_s)
             try:
                 action()
+                if then is not None:
+                    then()
             except Exception as exc:  # a thread must not fail silently: keep it for the caller
                 self.error = exc
                 print(f"[driver] extra node: stopping or starting failed: {exc}", flush=True)
 
         threading.Thread(target=wait, name="extra-node", daemon=True).start()
+
+    def wait_gone(self, timeout_s: float = 60.0) -> bool:
+        """Wait until the cluster lists this (stopped) node dead; record ``gone_time``. False on timeout.
+
+        A node shut down with SIGTERM tells the head at once; one SIGKILLed is declared dead only
+        after its health checks fail (≈ 15 s here)."""
+        import ray
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not any(n["NodeID"] == self.node_id and n["Alive"] for n in ray.nodes()):
+                self.gone_time = time.time()
+                return True
+            time.sleep(0.2)
+        return False
 
     def stop(self, graceful: bool = False) -> None:
         """End the node (idempotent). By default abruptly, like a machine losing power: SIGKILL
@@ -520,3 +559,88 @@ def joined(nodes: list[ExtraNode], timeout_s: float = 120.0) -> str | None:
         raise err
     address = ray.get_runtime_context().gcs_address
     return f"a Ray node started on this machine could not join the cluster at {address}: {err}"
+
+
+# Ray's autoscaling coordinator: a detached actor (ray.data._internal.cluster_autoscaler.
+# default_autoscaling_coordinator) that the first elastic run on a cluster creates. An elastic run
+# sizes its worker group from the nodes the coordinator last read, and it re-reads them only every
+# COORDINATOR_REFRESH_S (its TICK_INTERVAL_S, a constant: no setting, env or config changes it).
+COORDINATOR_NAME = "AutoscalingCoordinator"
+COORDINATOR_NAMESPACE = "AutoscalingCoordinator"
+COORDINATOR_REFRESH_S = 20
+
+
+def refresh_autoscaling_coordinator(timeout_s: float = 10.0) -> bool:
+    """Make Ray's autoscaling coordinator re-read the cluster's nodes now; True if it did.
+
+    Why: a node that joins or leaves changes what an elastic run may use only at the coordinator's
+    next refresh, up to ``COORDINATOR_REFRESH_S`` (20 s) later. The demo calls this right after a
+    node registered or left, so it waits for the controller's own decision instead of that clock.
+    It runs the coordinator's periodic refresh once (its private ``_tick``: re-read the nodes,
+    re-divide them among requests). False when there is no coordinator yet (the first elastic run
+    creates it, reading the nodes then) or a Ray version without ``_tick``: the run then waits
+    for the next refresh, as it would without this call.
+    """
+    import ray
+
+    try:
+        coordinator = ray.get_actor(COORDINATOR_NAME, namespace=COORDINATOR_NAMESPACE)
+        ray.get(coordinator._tick.remote(), timeout=timeout_s)
+    except Exception:  # no coordinator, or no _tick in this Ray: the 20 s refresh still happens
+        return False
+    return True
+
+
+def _decision(message: str) -> tuple[str, int] | None:
+    """``("start", n)`` / ``("resize", n)`` from one of the elastic policy's INFO lines, else None
+    (ray/train/v2/_internal/execution/scaling_policy/elastic.py)."""
+    import re
+
+    if "Deciding to start/restart training" in message:
+        found = re.search(r"resources for (\d+) workers", message)
+        return ("start", int(found.group(1))) if found else None
+    if "Deciding to resize the worker group" in message:
+        found = re.search(r"from (\d+) -> (\d+) workers", message)
+        return ("resize", int(found.group(2))) if found else None
+    return None
+
+
+def scaling_decisions(
+    run_name: str, since: float = 0.0, log_dir: str | Path | None = None
+) -> list[dict[str, Any]]:
+    """The elastic controller's decisions for run ``run_name``, oldest first: dicts with ``time``
+    (wall clock, s), ``kind`` (``"start"``: (re)start a stopped group with ``workers``;
+    ``"resize"``: a healthy group is resized to ``workers``) and Ray's own ``message``.
+
+    Read from the controller's system log (``<session>/logs/train/ray-train-sys-controller-*.log``,
+    one JSON record a line, with ``run_name`` and ``timestamp_ns``) on this machine: the head's
+    session when the driver runs there. ``since`` (wall clock) leaves out an earlier run of the same
+    name in this session; ``log_dir`` overrides where to look (tests). Empty if none.
+    """
+    if log_dir is None:
+        from ray._private import worker
+
+        node = worker._global_node
+        if node is None:
+            return []
+        log_dir = Path(node.get_session_dir_path()) / "logs" / "train"
+    found = []
+    for path in sorted(Path(log_dir).glob("ray-train-sys-controller-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if "Deciding to" not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:  # a line being written
+                continue
+            decision = _decision(record.get("message", ""))
+            if record.get("run_name") == run_name and decision and record["timestamp_ns"] / 1e9 >= since:
+                found.append(
+                    {
+                        "time": record["timestamp_ns"] / 1e9,
+                        "kind": decision[0],
+                        "workers": decision[1],
+                        "message": record["message"],
+                    }
+                )
+    return sorted(found, key=lambda d: d["time"])
