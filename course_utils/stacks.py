@@ -1,0 +1,394 @@
+"""The live Python stacks of a run's workers, cut down to the frames of the learner's code.
+
+A hang shows no error: to see where each rank is, dump its stack. The workers are found through
+Ray: their rank, pid and node from Ray Train's run state (``course_utils.runstate``), else the
+``RayTrainWorker`` actors of the state API. Each stack comes from py-spy (``py-spy dump``), run
+here for a worker on this machine; for a worker on another node it comes through the dashboard's
+``/worker/traceback`` endpoint, which runs py-spy on that node (it answers 403 unless the head was
+started with ``RAY_DASHBOARD_ENABLE_PROFILING=1``, and needs py-spy on the node).
+
+``learner_frames`` keeps the frames between Ray's call into the training function and the
+first library frame below it: where *your* code is, and the line it is waiting on.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Ray Train V2 calls the training function from this wrapper (ray/train/v2/_internal/util.py):
+# the frame just inside it is the learner's function.
+TRAIN_FN_ENTRY = "construct_train_func.<locals>.train_fn"
+WORKER_CLASS = "RayTrainWorker"
+SYNC_ACTOR_CLASS = "SynchronizationActor"
+# Ray Train's own warning while a rank is missing from a report barrier (sync_actor.py).
+BARRIER_WARNING = "has not been called by all"
+
+
+class StackUnavailable(RuntimeError):
+    """A worker's stack could not be dumped (py-spy missing, no permission, profiling disabled)."""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One Python frame: function, file (full path when known) and line, innermost first in a thread."""
+
+    function: str
+    file: str
+    line: int
+    short_file: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.short_file or self.file}:{self.line}"
+
+    def source(self) -> str:
+        """The frame's source line, when the file is readable from here ('' otherwise)."""
+        return linecache.getline(self.file, self.line).strip() if self.file.startswith("/") else ""
+
+
+@dataclass
+class WorkerStack:
+    """One worker process's threads, as py-spy saw them at ``taken_at``."""
+
+    pid: int
+    threads: dict[str, list[Frame]]
+    rank: int | None = None
+    node_id: str | None = None
+    actor_id: str | None = None
+    source: str = "py-spy"
+    taken_at: float = field(default_factory=time.time)
+
+    def learner_frames(self, functions: Iterable[str] = ()) -> list[Frame]:
+        """The learner's frames (outermost first) in the thread that runs the learner's code."""
+        for frames in self.threads.values():
+            mine = learner_frames(frames, functions)
+            if mine:
+                return mine
+        return []
+
+    def waiting_in(self, functions: Iterable[str] = ()) -> Frame | None:
+        """The innermost frame of the thread running the learner's code: what it is blocked in."""
+        for frames in self.threads.values():
+            if learner_frames(frames, functions):
+                return frames[0]
+        return None
+
+    def describe(self, functions: Iterable[str] = ()) -> str:
+        """A few lines: which rank, where in the learner's code, and what it is blocked in."""
+        who = f"rank {self.rank}" if self.rank is not None else "worker"
+        head = f"{who} (pid {self.pid}, {self.source})"
+        mine = self.learner_frames(functions)
+        if not mine:
+            return f"{head}: no frame in the training function: it has returned (or not started)"
+        lines = [f"{head}:"]
+        for frame in mine:
+            code = frame.source()
+            lines.append(f"  {frame.function} ({frame.where})" + (f"    {code}" if code else ""))
+        inner = self.waiting_in(functions)
+        if inner is not None:
+            lines.append(f"    ... blocked in {inner.function} ({inner.where})")
+        return "\n".join(lines)
+
+
+def _library_roots() -> tuple[str, ...]:
+    paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(sorted(p.rstrip("/") + "/" for p in paths if p))
+
+
+def is_library(file: str) -> bool:
+    """True for Python's own and installed packages' files (full paths or py-spy's short ones)."""
+    if file.startswith("<"):  # <frozen ...>, <string>
+        return True
+    if "/site-packages/" in file or "/dist-packages/" in file or file.startswith(_library_roots()):
+        return True
+    if file.startswith("/"):  # a full path elsewhere: the learner's (or the course's) code
+        return False
+    top = file.split("/")[0].removesuffix(".py")  # py-spy's short name: the package part
+    return top in sys.stdlib_module_names or top in {"ray", "torch", "numpy", "pandas", "pyarrow", "tqdm"}
+
+
+def learner_frames(frames: list[Frame], functions: Iterable[str] = ()) -> list[Frame]:
+    """The frames of the learner's code in one thread (innermost-first ``frames``), outermost first.
+
+    They start at the frame Ray Train's wrapper called (``TRAIN_FN_ENTRY``) or at the outermost
+    frame of one of ``functions`` (names, e.g. an actor method), and go inwards until the first
+    library frame.
+    """
+    names = set(functions)
+    outer_first = list(reversed(frames))
+    start = None
+    for i, frame in enumerate(outer_first):
+        if frame.function == TRAIN_FN_ENTRY and i + 1 < len(outer_first):
+            start = i + 1
+            break
+        if frame.function.split(".")[-1] in names or frame.function in names:
+            start = i
+            break
+    if start is None:
+        return []
+    mine = []
+    for frame in outer_first[start:]:
+        if mine and is_library(frame.file):
+            break
+        mine.append(frame)
+    return mine
+
+
+def parse_py_spy_json(dump: str | list[dict[str, Any]]) -> dict[str, list[Frame]]:
+    """``py-spy dump --json`` output -> {thread name: frames, innermost first}."""
+    threads = json.loads(dump) if isinstance(dump, str) else dump
+    out: dict[str, list[Frame]] = {}
+    for thread in threads:
+        name = thread.get("thread_name") or str(thread.get("os_thread_id") or thread["thread_id"])
+        out[name] = [
+            Frame(f["name"], f["filename"], int(f["line"]), f.get("short_filename") or "")
+            for f in thread["frames"]
+        ]
+    return out
+
+
+_THREAD = re.compile(r'^Thread (\S+) \([^)]*\)(?:: "(.*)")?')
+_FRAME = re.compile(r"^\s+(.+) \((.+):(\d+)\)$")
+
+
+def parse_py_spy_text(dump: str) -> dict[str, list[Frame]]:
+    """``py-spy dump`` text (what the dashboard's ``/worker/traceback`` returns) -> threads.
+
+    Its file names are py-spy's short ones (``ray/train/...``, ``course_utils/faults.py``).
+    """
+    out: dict[str, list[Frame]] = {}
+    current = None
+    for line in dump.splitlines():
+        thread = _THREAD.match(line)
+        if thread:
+            current = thread.group(2) or thread.group(1)
+            out[current] = []
+            continue
+        frame = _FRAME.match(line)
+        if frame and current is not None:
+            out[current].append(Frame(frame.group(1), frame.group(2), int(frame.group(3)), frame.group(2)))
+    return out
+
+
+def py_spy() -> str | None:
+    """The py-spy executable: next to this Python (the venv), else on PATH."""
+    beside = Path(sys.executable).parent / "py-spy"
+    return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+def dump_local(pid: int, timeout_s: float = 20.0) -> dict[str, list[Frame]]:
+    """py-spy's dump of a process on this machine, as threads of frames."""
+    exe = py_spy()
+    if exe is None:
+        raise StackUnavailable("py-spy is not installed (pip install py-spy): it is what reads a live stack")
+    done = subprocess.run(
+        [exe, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True, timeout=timeout_s
+    )
+    if done.returncode != 0:
+        raise StackUnavailable(
+            f"py-spy dump --pid {pid} failed: {(done.stderr or done.stdout).strip()[:300]}"
+        )
+    return parse_py_spy_json(done.stdout)
+
+
+def dump_via_dashboard(
+    pid: int, node_id: str, dashboard_url: str, timeout_s: float = 30.0
+) -> dict[str, list[Frame]]:
+    """The dashboard's ``/worker/traceback`` (py-spy on the worker's node), as threads of frames."""
+    query = urllib.parse.urlencode({"pid": pid, "node_id": node_id})
+    url = f"{dashboard_url.rstrip('/')}/worker/traceback?{query}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return parse_py_spy_text(response.read().decode())
+    except urllib.error.HTTPError as err:
+        raise StackUnavailable(
+            f"{url} answered {err.code}: {err.read().decode(errors='replace')[:300]}"
+        ) from err
+
+
+def _on_this_machine(pid: int, node_id: str | None, node_ip: str | None) -> bool:
+    """True when the worker's node runs on this machine (same IP) and the pid exists here."""
+    import ray
+
+    if node_ip is None and node_id is not None:
+        node_ip = next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id), None)
+    if node_ip is not None and node_ip != ray.util.get_node_ip_address():
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: does the process exist (and may we signal it)?
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, another user's: py-spy will say whether it may read it
+    return True
+
+
+def dump(
+    pid: int, node_id: str | None = None, node_ip: str | None = None, dashboard_url: str | None = None
+) -> tuple[dict[str, list[Frame]], str]:
+    """A worker's threads and how they were read: py-spy here, or the dashboard for another machine."""
+    if _on_this_machine(pid, node_id, node_ip):
+        return dump_local(pid), "py-spy"
+    if node_id is None or dashboard_url is None:
+        raise StackUnavailable(f"pid {pid} runs on another machine and no dashboard/node id was given")
+    return dump_via_dashboard(pid, node_id, dashboard_url), "dashboard /worker/traceback"
+
+
+def train_workers(run_name: str | None = None) -> list[dict[str, Any]]:
+    """The live workers of a run: rank, pid, node and actor id.
+
+    From Ray Train's run state when tracking is on (it knows each worker's rank), else the
+    alive ``RayTrainWorker`` actors of this job from the state API (rank unknown).
+    """
+    import ray
+
+    from course_utils import runstate, session
+
+    if run_name is not None:
+        try:
+            workers = runstate.live_workers(run_name, job_id=ray.get_runtime_context().get_job_id())
+            if not workers.empty:
+                return [
+                    {
+                        "rank": int(w.world_rank),
+                        "pid": int(w.pid),
+                        "node_id": w.node_id,
+                        "node_ip": w.node_ip,
+                        "actor_id": w.actor_id,
+                    }
+                    for w in workers.itertuples()
+                ]
+        except runstate.TrainStateUnavailable:
+            pass
+    job = ray.get_runtime_context().get_job_id()
+    return [
+        {"rank": None, "pid": a["pid"], "node_id": a["node_id"], "node_ip": None, "actor_id": a["actor_id"]}
+        for a in session.alive_actors(WORKER_CLASS)
+        if a["job_id"] == job
+    ]
+
+
+def worker_stacks(workers: list[dict[str, Any]], dashboard_url: str | None = None) -> list[WorkerStack]:
+    """Dump every worker in ``workers`` (``train_workers()`` rows), ordered by rank."""
+    stacks = []
+    for w in workers:
+        threads, source = dump(w["pid"], w.get("node_id"), w.get("node_ip"), dashboard_url)
+        stacks.append(
+            WorkerStack(w["pid"], threads, w.get("rank"), w.get("node_id"), w.get("actor_id"), source=source)
+        )
+    return sorted(stacks, key=lambda s: (s.rank is None, s.rank if s.rank is not None else s.pid))
+
+
+def barrier_warning(job_id: str | None = None) -> str | None:
+    """Ray Train's warning that a ``report`` barrier is missing ranks, from its SynchronizationActor's log.
+
+    Read through the state API (``get_log``): the same text Ray prints, as soon as Ray prints it.
+    """
+    import ray
+    from ray.util.state import get_log
+
+    from course_utils import session
+
+    address = ray.get_runtime_context().gcs_address
+    job_id = job_id or ray.get_runtime_context().get_job_id()
+    for actor in session.alive_actors(SYNC_ACTOR_CLASS):
+        if actor["job_id"] != job_id:
+            continue
+        try:
+            text = "".join(get_log(address=address, actor_id=actor["actor_id"], suffix="err", tail=200))
+        except Exception:  # the actor's log file may not exist yet
+            continue
+        if BARRIER_WARNING in text:
+            return warning_block(text)
+    return None
+
+
+def warning_block(log: str) -> str:
+    """The last barrier warning in a log: the lines from the one naming the call to the blank line after."""
+    lines = log.splitlines()
+    starts = [i for i, line in enumerate(lines) if BARRIER_WARNING in line]
+    if not starts:
+        return ""
+    block = []
+    for line in lines[starts[-1] :]:
+        if not line.strip():
+            break
+        block.append(line.strip())
+    return "\n".join(block)
+
+
+class HangWatch:
+    """Dump a run's workers once Ray's own signal says the hang is live; run it around ``fit()``.
+
+    ``signal`` is polled every ``poll_s`` (default: Ray Train's barrier warning naming a missing
+    rank, which Ray logs every ``RAY_TRAIN_COLLECTIVE_WARN_INTERVAL_S``). When it answers, every
+    worker of ``run_name`` is dumped at once, while the hang still holds. ``fit()`` blocks the
+    notebook, so the watch runs on a thread: ``start()`` before, ``join()`` after.
+    """
+
+    def __init__(
+        self,
+        run_name: str,
+        signal: Callable[[], str | None] | None = None,
+        poll_s: float = 0.2,
+        timeout_s: float = 300.0,
+    ):
+        self.run_name = run_name
+        self.signal = signal or barrier_warning
+        self.poll_s = poll_s
+        self.timeout_s = timeout_s
+        self.warning: str | None = None
+        self.stacks: list[WorkerStack] = []
+        self.error: BaseException | None = None
+        self.signalled_at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="HangWatch", daemon=True)
+
+    def start(self) -> HangWatch:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                warning = self.signal()
+                if warning:
+                    self.signalled_at = time.time()
+                    self.stacks = worker_stacks(train_workers(self.run_name), _dashboard())
+                    self.warning = warning
+                    return
+                self._stop.wait(self.poll_s)
+        except BaseException as err:  # shown by join(): a watch must not die silently
+            self.error = err
+
+    def join(self, timeout_s: float = 10.0) -> HangWatch:
+        """Stop watching (the run is over) and raise what went wrong in the watch, if anything."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+def _dashboard() -> str | None:
+    from ray._private.worker import get_dashboard_url  # no public getter after ray.init returns
+
+    address = get_dashboard_url()
+    return None if not address else address if address.startswith("http") else f"http://{address}"
