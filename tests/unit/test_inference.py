@@ -66,7 +66,8 @@ def test_model_worker_and_batch_predictor_agree_with_plain_pytorch(checkpoint_di
     assert one_by_one == list(expected[:8])
     assert worker.info()["predict_calls"] == 9 and worker.info()["device"] == "cpu"
 
-    out = inference.BatchPredictor(str(checkpoint_dir))({"image": images, "label": labels})
+    predictor = inference.BatchPredictor(inference.torchscript_bytes(str(checkpoint_dir)))
+    out = predictor({"image": images, "label": labels})
     assert set(out) == {"prediction", "label"}
     assert np.array_equal(out["prediction"], expected)
     assert np.array_equal(out["label"], labels)
@@ -98,12 +99,14 @@ def test_throughput_with_plain_pytorch_ends_with_both_ratios():
     assert "plain_torch_images_per_s: 2500.0" in lines
 
 
-def test_inference_model_and_plain_loop_predict_like_the_eager_model(checkpoint_dir, mnist_root):
+def test_torchscript_model_and_plain_loop_predict_like_the_eager_model(checkpoint_dir, mnist_root):
     images, _ = data.raw_arrays(train=False, size=40, root=mnist_root)
     model = load_model(checkpoint_dir)
     expected = predict(model, inference.to_model_input(images)).numpy()
-    fast = inference.inference_model(model, inference.to_model_input(images[:16]))
-    with torch.inference_mode():  # traced on 16 digits, used on 40: any batch size works
+    blob = inference.torchscript_bytes(str(checkpoint_dir))
+    fast = inference.load_torchscript(blob, torch.device("cpu"))
+    assert isinstance(fast, torch.jit.ScriptModule)  # frozen and fused, not the eager model
+    with torch.inference_mode():  # traced on 2 digits, used on 40: any batch size works
         assert np.array_equal(fast(inference.to_model_input(images)).argmax(dim=1).numpy(), expected)
     threads = torch.get_num_threads()
     got = inference.plain_pytorch_predict(str(checkpoint_dir), images, batch_size=16, threads=1)
