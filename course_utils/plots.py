@@ -253,3 +253,92 @@ def ray_data_ingest_diagram(num_workers: int = 2, accelerator: str = "GPU") -> F
     )
     fig.tight_layout()
     return fig
+
+
+UTILIZATION_PANELS = (  # (the metrics' prefix in course_utils.metrics' names, the y label)
+    ("cpu %", "CPU %"),
+    ("memory used GB", "memory used (GB)"),
+    ("object store used MB", "object store (MB)"),
+    ("gpu", "GPU % / GPU memory (MB)"),
+)
+
+
+def utilization(
+    samples: pd.DataFrame,
+    epochs: pd.DataFrame | None = None,
+    title: str = "Utilization during the fit",
+) -> Figure:
+    """Time series of a run's node metrics (``metrics.sample_metrics``'s frame), the epochs marked.
+
+    One panel per kind (CPU %, memory, object store, GPU when present, Ray Train's ``ray_train_*``
+    times when present), one line per node (or GPU, or rank); x is seconds since the first sample.
+    ``epochs`` (``metrics.report_times``: epoch, reported_at) draws a dashed line where each
+    epoch's report arrived. The lines are steps: Ray refreshes its figures every 5-10 s.
+    """
+    t0 = samples["time"].min() if len(samples) else 0.0
+    metric = samples["metric"].astype(str)
+    is_train = metric.str.startswith("ray_train_")
+    is_state = metric.str.startswith("ray_train_controller_state")
+    panels = []
+    for prefix, label in UTILIZATION_PANELS:
+        if prefix == "gpu":
+            rows = samples[metric.str.match(r"gpu( \d+)? ")]
+        else:
+            rows = samples[metric == prefix]
+        if len(rows):
+            panels.append((label, rows))
+    train = samples[is_train & ~is_state]
+    if len(train):
+        panels.append(("Ray Train (s)", train))
+    fig, axes = plt.subplots(
+        max(len(panels), 1), 1, figsize=(9, 1.9 * max(len(panels), 1) + 0.6), sharex=True, squeeze=False
+    )
+    axes = axes[:, 0]
+    multi_node = samples["node"].nunique() > 1
+    for ax, (label, rows) in zip(axes, panels, strict=False):
+        for (node, name), series in rows.groupby(["node", "metric"], sort=True):
+            series = series.sort_values("time")
+            legend = name.removeprefix("ray_train_") if label.startswith(("GPU", "Ray Train")) else node
+            if multi_node and label.startswith(("GPU", "Ray Train")):
+                legend = f"{node}: {name}"
+            ax.plot(series["time"] - t0, series["value"], drawstyle="steps-post", label=legend)
+        ax.set_ylabel(label, fontsize=9)
+        if label == "CPU %":
+            ax.set_ylim(0, 105)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    if not panels:
+        axes[0].text(0.5, 0.5, "no samples", ha="center", va="center", transform=axes[0].transAxes)
+    states = samples[is_state & (samples["value"] == 1)].sort_values("time")
+    if len(states) and panels:  # the controller's state as text where it changes
+        last = None
+        for _, row in states.iterrows():
+            state = row["metric"].split("[", 1)[-1].rstrip("]")
+            if state != last:
+                axes[-1].annotate(
+                    state,
+                    (row["time"] - t0, 0),
+                    xytext=(2, 2),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color="0.3",
+                )
+                last = state
+    if epochs is not None and len(epochs):
+        for _, row in epochs.iterrows():
+            for ax in axes:
+                ax.axvline(row["reported_at"] - t0, color="0.4", linestyle="--", linewidth=0.8)
+            axes[0].annotate(
+                f"epoch {int(row['epoch'])}",
+                (row["reported_at"] - t0, 1),
+                xycoords=("data", "axes fraction"),
+                xytext=(-2, -10),
+                textcoords="offset points",
+                ha="right",
+                fontsize=7,
+                color="0.3",
+            )
+    axes[-1].set_xlabel("seconds since sampling started (dashed: an epoch's report)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
