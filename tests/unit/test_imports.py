@@ -241,3 +241,20 @@ def test_the_import_check_reports_a_broken_module(tmp_path):
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert results["broken_mod"]["status"] != 0 and "no_such_module_here" in results["broken_mod"]["message"]
     assert results["json"]["status"] == 0
+
+
+def modules_loaded_by(statement: str, candidates: tuple[str, ...]) -> list[str]:
+    """Which of ``candidates`` a fresh interpreter has in ``sys.modules`` after ``statement``."""
+    code = f"import sys; {statement}; print(sorted(m for m in {candidates!r} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().replace("'", '"'))
+
+
+def test_inference_actors_import_neither_torchvision_nor_the_data_module():
+    # A Ray Data inference actor unpickles BatchPredictor, i.e. imports course_utils.inference.
+    assert modules_loaded_by("import course_utils.inference", ("torchvision", "course_utils.data")) == []
+
+
+def test_import_ray_does_not_build_the_rfc3987_grammar():
+    # Every Ray process imports ray; jsonschema >= 4.24 would add rfc3987_syntax (+1.4-2 s each here).
+    assert modules_loaded_by("import ray", ("rfc3987_syntax", "lark")) == []
