@@ -10,6 +10,7 @@ open-source dashboard has no Train tab: this module reads that endpoint and retu
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -67,17 +68,19 @@ def _seconds(start_ns: int | None, end_ns: int | None) -> float | None:
     return round((end_ns - start_ns) / 1e9, 1) if start_ns and end_ns else None
 
 
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Z]\w*)(: .*)?$")  # pkg.mod.SomeError: message
+
+
 def _first_error_line(detail: str | None) -> str | None:
-    """The exception line of a status detail (its last non-blank line that names an error), short."""
+    """The exception line of a status detail (its last ``pkg.Name: message`` line), without the module path."""
     if not detail:
         return None
     lines = [line.strip() for line in detail.splitlines() if line.strip()]
-    errors = [line for line in lines if "Error" in line.split(":")[0] or "Exception" in line.split(":")[0]]
-    line = errors[-1] if errors else lines[-1]
-    kind, sep, message = line.partition(": ")
-    return (kind.rsplit(".", 1)[-1] + sep + message)[
-        :160
-    ]  # BroadcastCollectiveTimeoutError: ..., not its module path
+    for line in reversed(lines):
+        match = _EXCEPTION_LINE.match(line)
+        if match and line != "Traceback (most recent call last):":
+            return (match.group(1) + (match.group(2) or ""))[:160]
+    return lines[-1][:160]
 
 
 @dataclass(frozen=True)
