@@ -34,7 +34,9 @@ LESSONS = ("01", "02", "03", "04")
 # CPU), so an epoch has no more steps than the demos need.
 FAULT_DEMO_STEPS = 8
 FAULT_DEMO_EPOCHS = 3  # crashes in epochs 1 and 2, a manual restore for the rest
-ELASTIC_DEMO_EPOCHS = 2  # one epoch on 2 workers, one on the worker left
+ELASTIC_DEMO_EPOCHS = 3  # one epoch on 1 worker, one on 2 once a node joined, one on 1 once it left
+# Its epochs are half the failure demos' (4 steps): three restarts already cost it most of its time.
+ELASTIC_DEMO_TRAIN_SIZE = 512
 # On CPU workers: 2 workers, 8 steps of a global batch of 128 per epoch, a 500-digit test set.
 CPU_DEMO = {"num_workers": 2, "batch_size": 128, "train_size": 1024, "test_size": 500}
 
@@ -194,12 +196,12 @@ def _lesson04(active: Profile, real: Profile, gpus: int, train: int, test: int) 
     )
     return {
         "faults": faults,
-        # Epoch 0 on 2 workers, the node leaves, epoch 1 on the 1 left.
+        # Epoch 0 on 1 worker, a node joins: epoch 1 on 2; it leaves: epoch 2 on the 1 left.
         "elastic": Run(
             "elastic",
-            cpu.with_(epochs=ELASTIC_DEMO_EPOCHS),
+            cpu.with_(epochs=ELASTIC_DEMO_EPOCHS, train_size=ELASTIC_DEMO_TRAIN_SIZE),
             elastic_why,
-            "08: a node leaves an elastic (1, 2) run",
+            "08: a node joins, then leaves, an elastic (1, 2) run",
         ),
         "hang": Run(
             "hang",

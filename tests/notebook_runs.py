@@ -58,7 +58,7 @@ FAILURES_ON_PURPOSE: dict[str, tuple[str, ...]] = {
     "04_fault_tolerance.ipynb": (
         "# 03. Automatic retries: a rank crashes mid-epoch",
         "# 07. A worker killed from outside, resumed at the exact batch",
-        "# 08. Elastic training: a node leaves, the run goes on with fewer workers",
+        "# 08. Elastic training: a node joins and the group grows, a node leaves and it shrinks",
         "# 09. Troubleshooting: a hang when one rank skips report",
         "# 13. Exercise 3: make a loop resumable",  # the check crashes the learner's loop once
     ),

@@ -55,7 +55,7 @@ EXPECTED = {
         "03": {"fit_ray_data": ("smoke", 2, False, 3, 4000, 128, 32)},
         "04": {
             "faults": ("smoke", 2, False, 3, 1024, 128, 8),
-            "elastic": ("smoke", 2, False, 2, 1024, 128, 8),
+            "elastic": ("smoke", 2, False, 3, 512, 128, 4),
             "hang": ("smoke", 2, False, 1, 1024, 128, 8),
         },
     },
@@ -68,7 +68,7 @@ EXPECTED = {
         "03": {"fit_ray_data": ("full", 1, False, 5, 60000, 256, 235)},
         "04": {
             "faults": ("full", 2, False, 3, 1024, 128, 8),
-            "elastic": ("full", 2, False, 2, 1024, 128, 8),
+            "elastic": ("full", 2, False, 3, 512, 128, 4),
             "hang": ("full", 2, False, 1, 1024, 128, 8),
         },
     },
@@ -81,7 +81,7 @@ EXPECTED = {
         "03": {"fit_ray_data": ("full", 1, True, 5, 60000, 256, 235)},
         "04": {
             "faults": ("full", 2, False, 3, 1024, 128, 8),
-            "elastic": ("full", 2, False, 2, 1024, 128, 8),
+            "elastic": ("full", 2, False, 3, 512, 128, 4),
             "hang": ("full", 2, False, 1, 1024, 128, 8),
         },
     },
@@ -94,7 +94,7 @@ EXPECTED = {
         "03": {"fit_ray_data": ("full", 4, True, 5, 60000, 256, 235)},
         "04": {
             "faults": ("full", 4, True, 3, 2048, 256, 8),
-            "elastic": ("full", 2, False, 2, 1024, 128, 8),
+            "elastic": ("full", 2, False, 3, 512, 128, 4),
             "hang": ("full", 2, False, 1, 1024, 128, 8),
         },
     },
@@ -107,7 +107,7 @@ EXPECTED = {
         "03": {"fit_ray_data": ("smoke", 2, False, 3, 4000, 128, 32)},
         "04": {
             "faults": ("smoke", 2, False, 3, 1024, 128, 8),
-            "elastic": ("smoke", 2, False, 2, 1024, 128, 8),
+            "elastic": ("smoke", 2, False, 3, 512, 128, 4),
             "hang": ("smoke", 2, False, 1, 1024, 128, 8),
         },
     },
