@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +73,7 @@ class WorkerStack:
     actor_id: str | None = None
     source: str = "py-spy"
     taken_at: float = field(default_factory=time.time)
+    role: str = "rank"  # how ``rank`` is named in describe(): a Train rank, or e.g. a split's reader
 
     def learner_frames(self, functions: Iterable[str] = ()) -> list[Frame]:
         """The learner's frames (outermost first) in the thread that runs the learner's code."""
@@ -91,11 +92,11 @@ class WorkerStack:
 
     def describe(self, functions: Iterable[str] = ()) -> str:
         """A few lines: which rank, where in the learner's code, and what it is blocked in."""
-        who = f"rank {self.rank}" if self.rank is not None else "worker"
+        who = f"{self.role} {self.rank}" if self.rank is not None else "worker"
         head = f"{who} (pid {self.pid}, {self.source})"
         mine = self.learner_frames(functions)
         if not mine:
-            return f"{head}: no frame in the training function: it has returned (or not started)"
+            return f"{head}: not in your code (it returned from it, or never started it)"
         lines = [f"{head}:"]
         for frame in mine:
             code = frame.source()
@@ -290,16 +291,21 @@ def worker_stacks(workers: list[dict[str, Any]], dashboard_url: str | None = Non
     for w in workers:
         threads, source = dump(w["pid"], w.get("node_id"), w.get("node_ip"), dashboard_url)
         stacks.append(
-            WorkerStack(w["pid"], threads, w.get("rank"), w.get("node_id"), w.get("actor_id"), source=source)
+            WorkerStack(
+                w["pid"],
+                threads,
+                w.get("rank"),
+                w.get("node_id"),
+                w.get("actor_id"),
+                source,
+                role=w.get("role", "rank"),
+            )
         )
     return sorted(stacks, key=lambda s: (s.rank is None, s.rank if s.rank is not None else s.pid))
 
 
-def barrier_warning(job_id: str | None = None) -> str | None:
-    """Ray Train's warning that a ``report`` barrier is missing ranks, from its SynchronizationActor's log.
-
-    Read through the state API (``get_log``): the same text Ray prints, as soon as Ray prints it.
-    """
+def actor_logs(class_name: str, job_id: str | None = None) -> Iterator[str]:
+    """The stderr logs (where Ray's warnings go) of this job's alive actors of ``class_name``, via the state API."""
     import ray
     from ray.util.state import get_log
 
@@ -307,13 +313,21 @@ def barrier_warning(job_id: str | None = None) -> str | None:
 
     address = ray.get_runtime_context().gcs_address
     job_id = job_id or ray.get_runtime_context().get_job_id()
-    for actor in session.alive_actors(SYNC_ACTOR_CLASS):
-        if actor["job_id"] != job_id:
+    for actor in session.alive_actors(class_name):
+        if actor["job_id"] != job_id or actor["class_name"] != class_name:
             continue
         try:
-            text = "".join(get_log(address=address, actor_id=actor["actor_id"], suffix="err", tail=200))
+            yield "".join(get_log(address=address, actor_id=actor["actor_id"], suffix="err", tail=200))
         except Exception:  # the actor's log file may not exist yet
             continue
+
+
+def barrier_warning(job_id: str | None = None) -> str | None:
+    """Ray Train's warning that a ``report`` barrier is missing ranks, from its SynchronizationActor's log.
+
+    Read through the state API (``get_log``): the same text Ray prints, as soon as Ray prints it.
+    """
+    for text in actor_logs(SYNC_ACTOR_CLASS, job_id):
         if BARRIER_WARNING in text:
             return warning_block(text)
     return None
@@ -392,3 +406,75 @@ def _dashboard() -> str | None:
 
     address = get_dashboard_url()
     return None if not address else address if address.startswith("http") else f"http://{address}"
+
+
+# Ray Data's coordinator of a streaming_split, and its warning when a reader waits for the others
+# (ray/data/_internal/iterator/stream_split_iterator.py: after BLOCKED_CLIENT_WARN_TIMEOUT, 30 s).
+SPLIT_COORDINATOR_CLASS = "SplitCoordinator"
+SPLIT_WARNING = "blocked waiting on other clients"
+
+
+class SplitHangError(RuntimeError):
+    """A reader of a ``streaming_split`` waited too long: some other split was never read."""
+
+
+class SplitReader:
+    """Stands in for a training worker that reads its shard of ``Dataset.streaming_split``.
+
+    Use as ``ray.remote(num_cpus=0)(SplitReader)``. ``where()`` says which process it is; ask it
+    before ``read_shard``, which can block the actor for ever.
+    """
+
+    def where(self) -> dict[str, Any]:
+        import ray
+
+        return {"pid": os.getpid(), "node_id": ray.get_runtime_context().get_node_id()}
+
+    def read_shard(self, shard: Any, batch_size: int = 256) -> int:
+        rows = 0
+        for batch in shard.iter_batches(batch_size=batch_size):
+            rows += len(next(iter(batch.values())))
+        return rows
+
+
+def split_warning(job_id: str | None = None) -> str | None:
+    """Ray Data's "blocked waiting on other clients" warning, from this job's SplitCoordinator logs."""
+    for text in actor_logs(SPLIT_COORDINATOR_CLASS, job_id):
+        lines = [line.strip() for line in text.splitlines() if SPLIT_WARNING in line]
+        if lines:
+            return lines[-1]
+    return None
+
+
+def wait_for(signal: Callable[[], str | None], timeout_s: float, poll_s: float = 0.5) -> str:
+    """Poll ``signal`` until it answers; ``TimeoutError`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answer = signal()
+        if answer:
+            return answer
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no answer from {getattr(signal, '__name__', signal)} within {timeout_s:g} s")
+        time.sleep(poll_s)
+
+
+def wait_for_readers(
+    refs: list[Any], timeout_s: float, since: float, stacks: list[WorkerStack] = ()
+) -> list[Any]:
+    """``ray.get`` the readers' results, but raise ``SplitHangError`` instead of waiting for ever.
+
+    ``since`` is when the reads started (``time.monotonic()``); ``stacks`` (from ``worker_stacks``)
+    name the readers that are not in their reading code.
+    """
+    import ray
+
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        idle = [s for s in stacks if not s.learner_frames(["read_shard"])]
+        who = ", ".join(f"{s.role} {s.rank} (pid {s.pid})" for s in idle) or "another reader"
+        raise SplitHangError(
+            f"{len(refs)} reader(s) of a streaming_split still had no batch after {time.monotonic() - since:.0f} s: "
+            f"a split starts an epoch only when every split's reader asks for it, and {who} never did. "
+            "Every worker must iterate its shard every epoch (no `if rank == 0:` around the loop)."
+        ) from None
