@@ -279,6 +279,9 @@ class ExtraNode:
         self.node_id: str | None = None
         self.error: BaseException | None = None
         self.stopped_at: float | None = None
+        self.stop_sent_at: float | None = (
+            None  # wall clock when stop() signalled the node (stopped_at: once it ended)
+        )
         self.joined_at: float | None = None  # time.monotonic() when the cluster first listed it alive
         self.joined_time: float | None = None  # the same moment by the wall clock (Ray's logs use it)
         self.gone_time: float | None = None  # wall clock when the cluster first listed it dead (wait_gone)
@@ -400,9 +403,14 @@ class ExtraNode:
         wait until the cluster lists the node dead (``wait_gone``), then call ``then()``."""
 
         def stop() -> None:
+            # With ``then``, watch for the node's death from before the signal: the cluster may list
+            # it dead well before its `ray start` process has ended.
+            watcher = threading.Thread(target=self.wait_gone, daemon=True) if then is not None else None
+            if watcher is not None:
+                watcher.start()
             self.stop(graceful=graceful)
-            if then is not None:
-                self.wait_gone()
+            if watcher is not None:
+                watcher.join(60)
 
         self._when(condition, stop, poll_s, timeout_s, then)
 
@@ -448,6 +456,7 @@ class ExtraNode:
         raylet tells the head it is leaving, so the cluster knows at once. Whatever is still
         running after that gets SIGKILL."""
         if self.process is not None and self.process.poll() is None:
+            self.stop_sent_at = time.time()
             try:
                 if graceful:
                     os.killpg(self.process.pid, signal.SIGTERM)

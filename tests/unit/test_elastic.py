@@ -117,14 +117,23 @@ def test_start_when_calls_then_only_after_the_node_joined(monkeypatch):
     assert done.wait(5) and order == ["joined", "then"]
 
 
-def test_stop_when_waits_for_the_node_to_be_listed_dead_before_then(monkeypatch):
-    node, order, done = cluster.ExtraNode(), [], threading.Event()
-    monkeypatch.setattr(
-        cluster.ExtraNode, "stop", lambda self, graceful=False: order.append(("stop", graceful))
-    )
-    monkeypatch.setattr(cluster.ExtraNode, "wait_gone", lambda self, timeout_s=60.0: order.append("gone"))
+def test_stop_when_watches_from_before_the_signal_and_calls_then_once_the_node_is_dead(monkeypatch):
+    """The cluster may list the node dead before its `ray start` has ended: the watch starts first."""
+    node, order, done, stopped = cluster.ExtraNode(), [], threading.Event(), threading.Event()
+
+    def stop(self, graceful=False):
+        order.append(("stop", graceful))
+        stopped.set()
+
+    def wait_gone(self, timeout_s=60.0):
+        order.append("watching")
+        stopped.wait(5)
+        order.append("gone")
+
+    monkeypatch.setattr(cluster.ExtraNode, "stop", stop)
+    monkeypatch.setattr(cluster.ExtraNode, "wait_gone", wait_gone)
     node.stop_when(lambda: True, poll_s=0.01, graceful=True, then=lambda: order.append("then") or done.set())
-    assert done.wait(5) and order == [("stop", True), "gone", "then"]
+    assert done.wait(5) and order == ["watching", ("stop", True), "gone", "then"]
 
 
 def test_a_failing_then_is_kept_for_the_caller(monkeypatch, capsys):
