@@ -96,3 +96,34 @@ def test_hang_stacks_show_both_ranks_in_the_learners_code(ray_session, storage, 
     assert "time.sleep(60)" in skipping[-1].source()
     assert by_rank[1].waiting_in().function.endswith("sleep") or "sleep" in by_rank[1].describe()
     assert all(stack.source == "py-spy" for stack in watch.stacks)
+
+
+def test_split_hang_warning_stack_and_error(ray_session):
+    """One reader of a streaming_split never reads: Ray Data warns (after its fixed 30 s), the waiting
+    reader's stack is in read_shard, and the bounded wait raises SplitHangError naming the idle one."""
+    import time
+
+    import ray
+    import ray.data
+
+    from course_utils import stacks
+
+    shards = ray.data.range(1000).map_batches(lambda batch: batch, batch_format="numpy").streaming_split(2)
+    reader_cls = ray.remote(num_cpus=0)(stacks.SplitReader)
+    readers = [reader_cls.remote() for _ in shards]
+    try:
+        where = ray.get([reader.where.remote() for reader in readers])
+        started = time.monotonic()
+        reading = readers[0].read_shard.remote(shards[0])
+        warning = stacks.wait_for(stacks.split_warning, timeout_s=90)
+        assert "StreamSplitDataIterator(epoch=-1, split=0) blocked waiting on other clients" in warning
+        found = stacks.worker_stacks([dict(w, rank=i, role="reader") for i, w in enumerate(where)])
+        assert [f.function for f in found[0].learner_frames(["read_shard"])] == ["SplitReader.read_shard"]
+        assert "shard.iter_batches" in found[0].learner_frames(["read_shard"])[0].source()
+        assert found[1].learner_frames(["read_shard"]) == []
+        with pytest.raises(stacks.SplitHangError) as hang:
+            stacks.wait_for_readers([reading], timeout_s=1, since=started, stacks=found)
+        assert "reader 1" in str(hang.value)
+    finally:
+        for reader in readers:
+            ray.kill(reader)

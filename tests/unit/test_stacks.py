@@ -113,3 +113,57 @@ def test_dump_local_of_a_real_process():
 def test_dump_local_explains_a_missing_process():
     with pytest.raises(stacks.StackUnavailable, match="py-spy dump --pid"):
         stacks.dump_local(2**22 + os.getpid())
+
+
+# Ray Data split hang: the coordinator's stderr as recorded (Ray 2.58, the lesson-03 demo), py-spy
+# frames of a reader blocked in its first batch (names and files as a live dump showed them).
+SPLIT_LOG = (DATA / "split_coordinator_err.log").read_text()
+READER_0 = [
+    stacks.Frame("Condition.wait", "/usr/lib/python3.11/threading.py", 327, "threading.py"),
+    stacks.Frame("Queue.get", "/usr/lib/python3.11/queue.py", 171, "queue.py"),
+    stacks.Frame(
+        "iter_threaded", "/x/site-packages/ray/data/_internal/util.py", 1, "ray/data/_internal/util.py"
+    ),
+    stacks.Frame(
+        "BatchIterator._iter_batches", "/x/site-packages/ray/data/_internal/block_batching/iter_batches.py", 1
+    ),
+    stacks.Frame(
+        "SplitReader.read_shard", "/work/main/course_utils/stacks.py", 435, "course_utils/stacks.py"
+    ),
+    stacks.Frame("actor_method_executor", "/x/site-packages/ray/_private/function_manager.py", 1),
+    stacks.Frame("Worker.main_loop", "/x/site-packages/ray/_private/worker.py", 1066),
+]
+
+
+def test_split_warning_from_the_coordinator_log(monkeypatch):
+    monkeypatch.setattr(
+        stacks, "actor_logs", lambda class_name, job_id=None: iter([":job_id:01000000\n", SPLIT_LOG])
+    )
+    warning = stacks.split_warning()
+    assert warning.startswith("StreamSplitDataIterator(epoch=-1, split=0) blocked waiting on other clients")
+    monkeypatch.setattr(stacks, "actor_logs", lambda class_name, job_id=None: iter(["nothing yet\n"]))
+    assert stacks.split_warning() is None
+
+
+def test_reader_stacks_and_the_error_naming_the_idle_reader(monkeypatch):
+    import ray
+
+    reading = stacks.WorkerStack(101, {"MainThread": READER_0}, rank=0, role="reader")
+    idle = stacks.WorkerStack(102, {"MainThread": READER_0[-1:]}, rank=1, role="reader")
+    assert [f.function for f in reading.learner_frames(["read_shard"])] == ["SplitReader.read_shard"]
+    assert idle.describe(["read_shard"]).startswith("reader 1 (pid 102, py-spy): not in your code")
+
+    def timeout(refs, timeout):
+        raise ray.exceptions.GetTimeoutError("timed out")
+
+    monkeypatch.setattr(ray, "get", timeout)
+    with pytest.raises(stacks.SplitHangError) as err:
+        stacks.wait_for_readers(["ref"], timeout_s=1, since=time.monotonic() - 40, stacks=[reading, idle])
+    assert "after 40 s" in str(err.value) and "reader 1 (pid 102) never did" in str(err.value)
+
+
+def test_wait_for_answers_or_times_out():
+    answers = iter([None, None, "there"])
+    assert stacks.wait_for(lambda: next(answers), timeout_s=5, poll_s=0.01) == "there"
+    with pytest.raises(TimeoutError):
+        stacks.wait_for(lambda: None, timeout_s=0.05, poll_s=0.01)
