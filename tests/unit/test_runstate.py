@@ -104,3 +104,24 @@ def test_fetch_without_dashboard(monkeypatch):
     monkeypatch.setattr(runstate.urllib.request, "urlopen", down)
     with pytest.raises(runstate.TrainStateUnavailable, match="cannot reach the Ray dashboard"):
         runstate.fetch_runs("http://127.0.0.1:1")
+
+
+def test_the_driver_is_who_reads_state_tracking(monkeypatch, tmp_path):
+    """Train V2 reads RAY_TRAIN_ENABLE_STATE_TRACKING in the driver, when fit() builds the controller's callbacks:
+    start_ray's setting of the driver's environment is what turns the run table on (no Ray needed to check)."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from course_utils import session
+
+    assert session.COURSE_ENV[runstate.STATE_TRACKING_ENV] == "1"
+    trainer = TorchTrainer(
+        lambda config: None,
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(name="state-tracking", storage_path=str(tmp_path)),
+    )
+    names = {}
+    for value in ("1", "0"):
+        monkeypatch.setenv(runstate.STATE_TRACKING_ENV, value)
+        names[value] = [type(callback).__name__ for callback in trainer._create_default_callbacks()]
+    assert "StateManagerCallback" in names["1"] and "StateManagerCallback" not in names["0"]
