@@ -9,7 +9,9 @@ every Ray on the machine.
 ``ExtraNode`` / ``add_local_nodes`` (lesson 04's elastic demo) start one more Ray node on this
 machine and join it to the Ray this process already runs or connected to; ``stop()`` kills
 exactly that node's process group. This module starts and ends Ray processes;
-``course_utils.session`` connects to Ray and queries it.
+``course_utils.session`` connects to Ray and queries it. For the same demo it also reads what an
+elastic run's controller decided (``scaling_decisions``, from Ray Train's controller log) and asks
+Ray's autoscaling coordinator to re-read the nodes (``refresh_autoscaling_coordinator``).
 
 Connect a course process to it with ``RAY_ADDRESS=<cluster.address>``: ``session.start_ray()``
 then joins the cluster instead of starting Ray. Every node here sees the same disk, so a
@@ -279,9 +281,7 @@ class ExtraNode:
         self.node_id: str | None = None
         self.error: BaseException | None = None
         self.stopped_at: float | None = None
-        self.stop_sent_at: float | None = (
-            None  # wall clock when stop() signalled the node (stopped_at: once it ended)
-        )
+        self.stop_sent_at: float | None = None  # wall clock when stop() signalled the node
         self.joined_at: float | None = None  # time.monotonic() when the cluster first listed it alive
         self.joined_time: float | None = None  # the same moment by the wall clock (Ray's logs use it)
         self.gone_time: float | None = None  # wall clock when the cluster first listed it dead (wait_gone)
