@@ -45,6 +45,9 @@ CLEANER_LOGGER = "ray.train.v2._internal.execution.controller.placement_group_cl
 RAY_INTERNAL_MESSAGES = {
     "ray.train.v2._internal.callbacks.placement_group_callback": ("Failed to stop PlacementGroupCleaner",),
 }
+# Ray's deprecation warnings about Ray's own calls, not the learner's: Train V2's state tracking (on for
+# lesson 04's run table) reads ExecutionOptions.exclude_resources in the controller at every fit.
+RAY_INTERNAL_WARNINGS = (r"`ExecutionOptions\.exclude_resources` is deprecated",)
 
 
 class _AsInfo(logging.Filter):
@@ -115,6 +118,7 @@ def setup_worker() -> None:
     """
     import os
     import threading
+    import warnings
 
     import ray
 
@@ -136,6 +140,8 @@ def setup_worker() -> None:
             traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=f)
 
     threading.excepthook = hook
+    for message in RAY_INTERNAL_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
     for name, starts in RAY_INTERNAL_MESSAGES.items():
         logging.getLogger(name).addFilter(_AsInfo(starts))
     for module in MISNAMED_LOGGERS:

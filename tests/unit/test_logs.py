@@ -110,3 +110,18 @@ def test_the_cleaner_actors_own_log_lines_go_to_the_log_folder(tmp_path, monkeyp
         "Monitor thread did not exit within 12.00 seconds"
         in (tmp_path / "PlacementGroupCleaner.err").read_text()
     )
+
+
+def test_rays_warning_about_its_own_deprecated_option_is_not_shown(monkeypatch):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as shown:  # the filters setup_worker adds go after the test
+        warnings.simplefilter("always")
+        _hooked(monkeypatch, None)
+        warnings.warn(
+            "`ExecutionOptions.exclude_resources` is deprecated and will be removed",
+            DeprecationWarning,
+            stacklevel=1,
+        )
+        warnings.warn("`something_else` is deprecated", DeprecationWarning, stacklevel=1)
+    assert [str(w.message) for w in shown] == ["`something_else` is deprecated"]
