@@ -48,16 +48,17 @@ def fetch_runs(dashboard_url: str | None = None, timeout_s: float = 20.0) -> dic
 
 def _dashboard_url() -> str:
     import ray
-    from ray._private.worker import get_dashboard_url  # no public getter after ray.init returns
+
+    from course_utils.session import dashboard_url
 
     if not ray.is_initialized():
         raise TrainStateUnavailable("Ray is not running in this process: call session.start_ray() first.")
-    address = get_dashboard_url()
+    address = dashboard_url()
     if not address:
         raise TrainStateUnavailable(
             "the Ray dashboard is not running (it needs ray[default]), and it is what serves Train's run state"
         )
-    return address if address.startswith("http") else f"http://{address}"
+    return address
 
 
 def _time(ns: int | None) -> pd.Timestamp | None:

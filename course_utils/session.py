@@ -60,6 +60,14 @@ class RaySession:
         )
 
 
+def dashboard_url() -> str | None:
+    """This process's Ray dashboard as an ``http://`` URL; None when it is not running (no ray[default])."""
+    from ray._private.worker import get_dashboard_url  # no public getter after ray.init returns
+
+    address = get_dashboard_url()
+    return None if not address else address if address.startswith("http") else f"http://{address}"
+
+
 def _session(connected: bool) -> RaySession:
     import ray
 
@@ -72,12 +80,9 @@ def _session(connected: bool) -> RaySession:
         logs = str(Path(_global_node.get_session_dir_path()) / "logs") if _global_node else None
     except Exception:
         pass
-    from ray._private.worker import get_dashboard_url  # no public getter after ray.init returns
-
-    dashboard = get_dashboard_url()
     return RaySession(
         address=ctx.gcs_address,
-        dashboard_url=f"http://{dashboard}" if dashboard else None,
+        dashboard_url=dashboard_url(),
         cpus=res.get("CPU", 0.0),
         gpus=res.get("GPU", 0.0),
         nodes=len([n for n in ray.nodes() if n.get("Alive")]),
@@ -219,9 +224,7 @@ def _state_address() -> str:
 
     if not ray.is_initialized():
         raise RuntimeError("Ray is not running in this process: call course_utils.session.start_ray() first.")
-    from ray._private.worker import get_dashboard_url
-
-    if not get_dashboard_url():
+    if not dashboard_url():
         raise StateApiUnavailable(
             "The Ray dashboard is not running, and the state API is served by it. It needs the `default` extra "
             "(ray[default], in requirements.txt) and can fail to start on an overloaded machine: see "

@@ -379,13 +379,15 @@ class HangWatch:
         return self
 
     def _run(self) -> None:
+        from course_utils import session
+
         deadline = time.monotonic() + self.timeout_s
         try:
             while not self._stop.is_set() and time.monotonic() < deadline:
                 warning = self.signal()
                 if warning:
                     self.signalled_at = time.time()
-                    self.stacks = worker_stacks(train_workers(self.run_name), _dashboard())
+                    self.stacks = worker_stacks(train_workers(self.run_name), session.dashboard_url())
                     self.warning = warning
                     return
                 self._stop.wait(self.poll_s)
@@ -399,13 +401,6 @@ class HangWatch:
         if self.error is not None:
             raise self.error
         return self
-
-
-def _dashboard() -> str | None:
-    from ray._private.worker import get_dashboard_url  # no public getter after ray.init returns
-
-    address = get_dashboard_url()
-    return None if not address else address if address.startswith("http") else f"http://{address}"
 
 
 # Ray Data's coordinator of a streaming_split, and its warning when a reader waits for the others
