@@ -15,7 +15,6 @@ every 10 s (``metrics_report_interval_ms``), so a 1 s sampler sees steps.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+
+from course_utils import polling
 
 # Prometheus name -> (the course's name, factor to the course's unit). Per-GPU metrics get the
 # GPU's index appended ("gpu 0 %").
@@ -230,27 +231,18 @@ def sample_metrics(
         samples.skipped = str(error)
         yield samples
         return
-    done = threading.Event()
 
-    def loop() -> None:
-        while True:
-            last = done.is_set()  # set: this is the last sample, taken as the block ends
-            try:
-                _sample_once(samples, train, run_name)
-            except Exception as error:  # a GCS hiccup in ray.nodes(): keep sampling, say so afterwards
-                samples.errors.append(f"{type(error).__name__}: {error}")
-            if last:
-                return
-            done.wait(every_s)
+    def step() -> None:
+        try:
+            _sample_once(samples, train, run_name)
+        except Exception as error:  # a GCS hiccup in ray.nodes(): keep sampling, say so afterwards
+            samples.errors.append(f"{type(error).__name__}: {error}")
 
     samples.started_at = time.time()
-    thread = threading.Thread(target=loop, name="metrics-sampler", daemon=True)
-    thread.start()
     try:
-        yield samples
+        with polling.every(step, every_s, "metrics-sampler"):
+            yield samples
     finally:
-        done.set()
-        thread.join()
         samples.stopped_at = time.time()
 
 

@@ -9,13 +9,12 @@ accuracy. A restored run starts the bar at the reports its earlier trainers made
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 from tqdm.auto import tqdm
 
-from course_utils import history
+from course_utils import history, polling
 
 SHOWN = ("train_loss", "accuracy", "step", "world_size")  # what the bar's postfix shows, when reported
 
@@ -46,28 +45,21 @@ def fit_progress(
     fs, folder = history.run_folder(config.storage_path, config.storage_filesystem, config.name)
     before = len(history.read_reports(fs, folder) or [])
     bar = tqdm(total=total, initial=before, desc=desc or config.name, unit="report")
-    done = threading.Event()
+    seen = before
 
     def follow() -> None:
-        seen = before
-        while True:
-            stop = done.wait(every_s)
-            try:
-                rows = history.read_reports(fs, folder) or []
-            except OSError:  # caught mid-rewrite (S3 moves are copy + delete): the next poll reads it
-                rows = []
-            if len(rows) > seen:
-                bar.update(len(rows) - seen)
-                bar.set_postfix(_postfix(rows[-1]))
-                seen = len(rows)
-            if stop:
-                return
+        nonlocal seen
+        try:
+            rows = history.read_reports(fs, folder) or []
+        except OSError:  # caught mid-rewrite (S3 moves are copy + delete): the next poll reads it
+            rows = []
+        if len(rows) > seen:
+            bar.update(len(rows) - seen)
+            bar.set_postfix(_postfix(rows[-1]))
+            seen = len(rows)
 
-    thread = threading.Thread(target=follow, name="fit-progress", daemon=True)
-    thread.start()
     try:
-        yield bar
+        with polling.every(follow, every_s, "fit-progress"):
+            yield bar
     finally:
-        done.set()
-        thread.join()
         bar.close()
