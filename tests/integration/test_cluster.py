@@ -3,15 +3,12 @@ resources (both on this machine, own ports and temp dir), joined through RAY_ADD
 separate driver process, with one training worker on each node and storage both can see."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from course_utils.cluster import LocalCluster, NodeSpec, node_ip
-from course_utils.config import REPO_ROOT
+from tests.integration.drivers import run_driver
 from tests.notebook_runs import CLUSTER
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(CLUSTER)]
@@ -42,25 +39,15 @@ DRIVER = textwrap.dedent(
 def test_train_on_two_nodes_through_ray_address(tmp_path, mnist_root):
     storage, node_log = tmp_path / "shared-storage", tmp_path / "nodes"
     with LocalCluster(NodeSpec(num_cpus=2), [NodeSpec(num_cpus=2, resources={"node2": 1})]) as cluster:
-        env = {
-            **os.environ,
-            "RAY_ADDRESS": cluster.address,
-            "COURSE_STORAGE": str(storage),
-            "COURSE_DATA": str(mnist_root),
-            "COURSE_PROFILE": "smoke",
-            "COURSE_LEARNER": "tester",
-        }
-        run = subprocess.run(
-            [sys.executable, "-c", DRIVER, str(node_log)],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
+        out = run_driver(
+            cluster,
+            DRIVER,
+            str(node_log),
+            storage=storage,
+            data=mnist_root,
+            timeout_s=900,
+            COURSE_PROFILE="smoke",
         )
-        logs = cluster.logs()
-    assert run.returncode == 0, f"driver failed:\n{run.stdout[-4000:]}\n{run.stderr[-6000:]}\n{logs}"
-    out = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[7:])
     ranks = {r["rank"]: r for r in (json.loads(p.read_text()) for p in node_log.glob("rank*.json"))}
 
     assert out["connected"], "start_ray() joined the existing cluster named by RAY_ADDRESS"

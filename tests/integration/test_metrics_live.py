@@ -4,17 +4,14 @@ RAY_ADDRESS from a separate driver, where every node's endpoint is found and sam
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from course_utils import config, metrics, plots, training
 from course_utils.cluster import LocalCluster, NodeSpec, node_ip
-from course_utils.config import REPO_ROOT
+from tests.integration.drivers import run_driver
 from tests.notebook_runs import CLUSTER
 
 pytestmark = pytest.mark.integration
@@ -77,24 +74,7 @@ DRIVER = textwrap.dedent(
 @pytest.mark.path(CLUSTER)
 def test_every_node_of_a_ray_start_cluster_is_sampled(tmp_path, mnist_root):
     with LocalCluster(NodeSpec(num_cpus=1), [NodeSpec(num_cpus=1, resources={"node2": 1})]) as cluster:
-        env = {
-            **os.environ,
-            "RAY_ADDRESS": cluster.address,
-            "COURSE_STORAGE": str(tmp_path / "storage"),
-            "COURSE_DATA": str(mnist_root),
-            "COURSE_LEARNER": "tester",
-        }
-        run = subprocess.run(
-            [sys.executable, "-c", DRIVER],
-            cwd=REPO_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        logs = cluster.logs()
-    assert run.returncode == 0, f"driver failed:\n{run.stdout[-3000:]}\n{run.stderr[-5000:]}\n{logs}"
-    out = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("RESULT "))[7:])
+        out = run_driver(cluster, DRIVER, storage=tmp_path / "storage", data=mnist_root, timeout_s=600)
     assert len(out["urls"]) == 2 and {u.split("//")[1].split(":")[0] for u in out["urls"]} == {
         node_ip(0),
         node_ip(1),
