@@ -37,7 +37,9 @@ NODE_METRICS: dict[str, tuple[str, float]] = {
     "ray_node_gram_used": ("gpu memory used MB", 1.0),  # Ray reports GPU memory in MB
 }
 TRAIN_PREFIX = "ray_train_"
-READY_METRIC = "ray_node_cpu_utilization"  # the agent's first node report has landed
+# Ready when both reporters have landed: the agent's node report (CPU, memory) and the raylet's
+# object-store figure, which reach the endpoint separately and, under load, seconds apart.
+READY_METRICS = ("ray_node_cpu_utilization", "ray_object_store_used_memory")
 COLUMNS = ["time", "node", "metric", "value"]
 
 
@@ -142,7 +144,7 @@ def parse(
 
 
 def wait_until_ready(timeout_s: float = 20.0, every_s: float = 0.25) -> list[Endpoint]:
-    """Every alive node's endpoint once each serves node metrics (the agent has reported once).
+    """Every alive node's endpoint once each serves its node figures (CPU and object store).
 
     Right after ``ray.init`` the agent may not serve yet, or serve without node figures: this
     polls until it does, and raises ``MetricsUnavailable`` with the last reason after ``timeout_s``.
@@ -153,8 +155,12 @@ def wait_until_ready(timeout_s: float = 20.0, every_s: float = 0.25) -> list[End
         reason = "no alive node reports a MetricsExportPort"
         try:
             for endpoint in found:
-                if READY_METRIC not in fetch(endpoint):
-                    reason = f"node {endpoint.node} serves metrics but no node figures yet"
+                text = fetch(endpoint)
+                missing = [name for name in READY_METRICS if name not in text]
+                if missing:
+                    reason = (
+                        f"node {endpoint.node} serves metrics but no node figures yet ({', '.join(missing)})"
+                    )
                     break
             else:
                 if found:

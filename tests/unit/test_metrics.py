@@ -155,6 +155,20 @@ def test_ready_waits_for_node_figures(monkeypatch):
     assert "no node figures yet" in str(error.value)
 
 
+def test_ready_waits_for_the_raylets_object_store_figure_too(monkeypatch):
+    # The agent's node report has landed, the raylet's has not (CI saw this on a loaded machine).
+    server, port = _serve("# TYPE ray_node_cpu_utilization gauge\nray_node_cpu_utilization 3.0\n")
+    try:
+        monkeypatch.setattr(
+            metrics, "endpoints", lambda nodes=None: [metrics.Endpoint("ab", "127.0.0.1", port)]
+        )
+        with pytest.raises(metrics.MetricsUnavailable) as error:
+            metrics.wait_until_ready(timeout_s=0.3)
+    finally:
+        server.shutdown()
+    assert "ray_object_store_used_memory" in str(error.value)
+
+
 def test_utilization_plot_marks_epochs(recorded):
     rows = []
     for i, cpu in enumerate((50.0, 99.0, 97.0)):
