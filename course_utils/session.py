@@ -143,22 +143,32 @@ def start_ray(
         env = dict(COURSE_ENV, **(SMOKE_ENV if profile_name(profile) == "smoke" else {}))
         for key, value in env.items():
             os.environ.setdefault(key, value)  # local workers inherit the driver's environment
-        # Every worker process of this job, on any node, runs the hook when it starts.
-        runtime_env = {"worker_process_setup_hook": logs.WORKER_SETUP_HOOK}
         if connected:
             import course_utils
 
+            # Every worker process of this job, on any node, runs the hook when it starts.
             env = dict(env, **_course_settings(profile))
-            runtime_env.update(env_vars=env, py_modules=[str(Path(course_utils.__file__).parent)])
+            runtime_env = {
+                "worker_process_setup_hook": logs.WORKER_SETUP_HOOK,
+                "env_vars": env,
+                "py_modules": [str(Path(course_utils.__file__).parent)],
+            }
             ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, **init_kwargs)
         else:
+            # Local workers (and those of nodes this kernel starts) inherit the environment, so the
+            # hook travels there, in the variable Ray's runtime_env would set, and the job has no
+            # runtime_env: with one, the raylet starts every worker through setup_worker.py, a
+            # second Python start-up per worker (batch inference started 1.3 s later, every fit later).
+            from ray._private.ray_constants import WORKER_PROCESS_SETUP_HOOK_ENV_VAR
+
+            os.environ.setdefault(WORKER_PROCESS_SETUP_HOOK_ENV_VAR, logs.WORKER_SETUP_HOOK)
             cpus = num_cpus or max(os.cpu_count() or 1, LOCAL_MIN_CPUS)
             init_kwargs.setdefault("dashboard_host", "127.0.0.1")
             # "local": always a new Ray of our own. Without it ray.init() joins whatever cluster
             # `ray start` last recorded in /tmp/ray/ray_current_cluster (another notebook's or
             # test's), then fails with "num_cpus ... must not be provided".
             init_kwargs.setdefault("address", "local")
-            ray.init(num_cpus=cpus, runtime_env=runtime_env, **init_kwargs)
+            ray.init(num_cpus=cpus, **init_kwargs)
     session = _session(connected)
     if verbose:
         print(session.describe())
