@@ -45,9 +45,13 @@ CLEANER_LOGGER = "ray.train.v2._internal.execution.controller.placement_group_cl
 RAY_INTERNAL_MESSAGES = {
     "ray.train.v2._internal.callbacks.placement_group_callback": ("Failed to stop PlacementGroupCleaner",),
 }
-# Ray's deprecation warnings about Ray's own calls, not the learner's: Train V2's state tracking (on for
-# lesson 04's run table) reads ExecutionOptions.exclude_resources in the controller at every fit.
-RAY_INTERNAL_WARNINGS = (r"`ExecutionOptions\.exclude_resources` is deprecated",)
+# Deprecation warnings about a library's own calls, not the learner's: Train V2's state tracking (on for
+# lesson 04's run table) reads ExecutionOptions.exclude_resources in the controller at every fit, and
+# torchdata's StatefulDataLoader calls torch.set_vital in every worker that builds one (lesson 04).
+LIBRARY_INTERNAL_WARNINGS = (
+    r"`ExecutionOptions\.exclude_resources` is deprecated",
+    r"'set_vital' is deprecated",
+)
 
 
 class _AsInfo(logging.Filter):
@@ -140,7 +144,7 @@ def setup_worker() -> None:
             traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=f)
 
     threading.excepthook = hook
-    for message in RAY_INTERNAL_WARNINGS:
+    for message in LIBRARY_INTERNAL_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
     for name, starts in RAY_INTERNAL_MESSAGES.items():
         logging.getLogger(name).addFilter(_AsInfo(starts))

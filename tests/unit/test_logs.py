@@ -112,7 +112,7 @@ def test_the_cleaner_actors_own_log_lines_go_to_the_log_folder(tmp_path, monkeyp
     )
 
 
-def test_rays_warning_about_its_own_deprecated_option_is_not_shown(monkeypatch):
+def test_libraries_warnings_about_their_own_deprecated_calls_are_not_shown(monkeypatch):
     import warnings
 
     with warnings.catch_warnings(record=True) as shown:  # the filters setup_worker adds go after the test
@@ -123,5 +123,8 @@ def test_rays_warning_about_its_own_deprecated_option_is_not_shown(monkeypatch):
             DeprecationWarning,
             stacklevel=1,
         )
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        StatefulDataLoader(list(range(4)), batch_size=2)  # torchdata calls torch.set_vital itself
         warnings.warn("`something_else` is deprecated", DeprecationWarning, stacklevel=1)
     assert [str(w.message) for w in shown] == ["`something_else` is deprecated"]
