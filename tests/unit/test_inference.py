@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -121,3 +123,26 @@ def test_confusion_matrix_plot(tmp_path):
     fig = plots.confusion_matrix(matrix, title="test")
     fig.savefig(tmp_path / "cm.png")
     assert "100.0%" in fig.axes[0].get_title()
+
+
+def test_wait_until_quiet_needs_two_idle_samples_in_a_row(monkeypatch):
+    import psutil
+
+    samples = iter([90.0, 10.0, 80.0, 5.0, 3.0, 1.0])
+    calls = []
+
+    def cpu_percent(interval):
+        calls.append(interval)
+        return next(samples)
+
+    monkeypatch.setattr(psutil, "cpu_percent", cpu_percent)
+    inference.wait_until_quiet(busy_pct=25.0)
+    assert len(calls) == 5  # 90 busy, 10 idle, 80 busy resets, then 5 and 3 idle
+
+
+def test_wait_until_quiet_gives_up_after_its_timeout(monkeypatch):
+    import psutil
+
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval: time.sleep(0.01) or 100.0)
+    waited = inference.wait_until_quiet(timeout_s=0.1)
+    assert 0.1 <= waited < 1.0
