@@ -355,6 +355,16 @@ class BatchTiming:
     def rate(self) -> float:
         return self.images / self.seconds
 
+    def lines(self, name: str = "batch") -> list[str]:
+        """``<name>_images: N``-style lines: images, seconds, start-up, steady and overall images/s."""
+        return [
+            f"{name}_images: {self.images}",
+            f"{name}_seconds: {self.seconds:.2f}",
+            f"{name}_startup_seconds: {self.startup_seconds:.2f}",
+            f"{name}_steady_images_per_s: {self.steady_rate:.1f}",
+            f"{name}_images_per_s: {self.rate:.1f}",
+        ]
+
 
 def time_batch_inference(
     checkpoint: Any, images: np.ndarray, *, pool_size: int = 2, batch_size: int = 256, cpus_per_actor: int = 1
@@ -388,10 +398,7 @@ class Throughput:
 
     per_image_images: int
     per_image_seconds: float
-    batch_images: int
-    batch_seconds: float
-    batch_startup_seconds: float = float("nan")  # until the first predictions reached the driver
-    batch_steady_rate: float = float("nan")  # images/s after the first predictions (pool running)
+    batch: BatchTiming
     plain_images: int = 0  # plain PyTorch model(batch) loop on the driver, same digits (0: not run)
     plain_seconds: float = float("nan")
     plain_threads: int = 0
@@ -401,8 +408,16 @@ class Throughput:
         return self.per_image_images / self.per_image_seconds
 
     @property
+    def batch_images(self) -> int:
+        return self.batch.images
+
+    @property
+    def batch_seconds(self) -> float:
+        return self.batch.seconds
+
+    @property
     def batch_rate(self) -> float:
-        return self.batch_images / self.batch_seconds
+        return self.batch.rate
 
     @property
     def ratio(self) -> float:
@@ -432,11 +447,7 @@ class Throughput:
             f"per_image_images: {self.per_image_images}",
             f"per_image_seconds: {self.per_image_seconds:.2f}",
             f"per_image_images_per_s: {self.per_image_rate:.1f}",
-            f"batch_images: {self.batch_images}",
-            f"batch_seconds: {self.batch_seconds:.2f}",
-            f"batch_startup_seconds: {self.batch_startup_seconds:.2f}",
-            f"batch_steady_images_per_s: {self.batch_steady_rate:.1f}",
-            f"batch_images_per_s: {self.batch_rate:.1f}",
+            *self.batch.lines("batch"),
             *last,
             f"batch_vs_per_image_ratio: {self.ratio:.1f}",
         ]
@@ -498,10 +509,7 @@ def measure_throughput(
     return Throughput(
         len(sample),
         per_image_seconds,
-        batch.images,
-        batch.seconds,
-        batch.startup_seconds,
-        batch.steady_rate,
+        batch,
         plain_images=len(many) if plain else 0,
         plain_seconds=plain_seconds,
         plain_threads=threads if plain else 0,

@@ -75,8 +75,7 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
     print(f"pool_size: {args.pool_size}")
     print(f"cpus_per_actor: {args.cpus_per_actor}")
     print(f"batch_size: {args.batch_size}")
-    print(f"first_pipeline_seconds: {first.seconds:.2f}")
-    print(f"first_pipeline_startup_seconds: {first.startup_seconds:.2f}")
+    print("\n".join(first.lines("first_pipeline")))
     print(f"first_pipeline_vs_plain_torch_ratio: {first.rate / result.plain_rate:.2f}")
     print("\n".join(result.lines()), flush=True)
     return result

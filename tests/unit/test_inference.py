@@ -77,11 +77,12 @@ def test_model_worker_and_batch_predictor_agree_with_plain_pytorch(checkpoint_di
 
 def test_throughput_lines_end_with_the_ratio():
     t = inference.Throughput(
-        per_image_images=100, per_image_seconds=1.0, batch_images=10_000, batch_seconds=5.0
+        per_image_images=100, per_image_seconds=1.0, batch=inference.BatchTiming(10_000, 5.0, 1.0, 2500.0)
     )
     assert t.per_image_rate == 100 and t.batch_rate == 2000 and t.ratio == pytest.approx(20)
     lines = t.lines()
     assert all(": " in line for line in lines)
+    assert "batch_startup_seconds: 1.00" in lines and "batch_images_per_s: 2000.0" in lines
     assert lines[-1] == "batch_vs_per_image_ratio: 20.0"
 
 
@@ -89,8 +90,7 @@ def test_throughput_with_plain_pytorch_ends_with_both_ratios():
     t = inference.Throughput(
         per_image_images=100,
         per_image_seconds=1.0,
-        batch_images=10_000,
-        batch_seconds=5.0,
+        batch=inference.BatchTiming(10_000, 5.0, 1.0, 2500.0),
         plain_images=10_000,
         plain_seconds=4.0,
         plain_threads=2,
