@@ -1,7 +1,10 @@
 """``./build.sh course``: execute every lesson in order, headless, into the build folder.
 
 Writes executed copies (``build/notebooks``), HTML (``build/html``) and an index page linking
-the lessons with their run times. Committed notebooks stay without outputs.
+the lessons with their run times. Every selected lesson is attempted even when an earlier one
+failed (each lesson stands on its own: it prepares its data and trains what it needs); the run
+ends with one table, lesson by lesson (``format_table``, which ``course_utils.canary`` parses),
+and exits 1 when any lesson failed. Committed notebooks stay without outputs.
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ import argparse
 import html
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from course_utils.config import REPO_ROOT, build_root, profile_name
 
@@ -25,6 +30,52 @@ def lessons(selected: list[str] | None = None) -> list[Path]:
         if not found:
             raise SystemExit(f"No notebook matches {selected}; choose from the numbers 01, 02, ...")
     return found
+
+
+class LessonFailed(RuntimeError):
+    """A lesson stopped at an error: how long it ran and the error's first line."""
+
+    def __init__(self, message: str, *, seconds: float, first_line: str) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+        self.first_line = first_line
+
+
+@dataclass
+class LessonRun:
+    """One lesson's outcome: ``error`` is the first error line, ``None`` when it passed."""
+
+    name: str
+    seconds: float | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """The first non-empty line of ``text``, shortened to ``limit`` characters, without ``|``
+    (it goes into a Markdown table)."""
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    line = line.replace("|", "/")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def first_error_line(nb: Any, error: BaseException) -> str:
+    """Where and why a lesson stopped, in one line: the failing cell's ``# NN. Title`` line (when it
+    has one) and ``ErrorName: message``. Cells tagged ``raises-exception`` fail on purpose: skipped."""
+    where = ""
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code" or "raises-exception" in cell.get("metadata", {}).get("tags", []):
+            continue
+        if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
+            first = one_line(cell.get("source", ""))
+            where = f"{first[2:]}: " if first.startswith("# ") else ""
+            break
+    ename, evalue = getattr(error, "ename", None), getattr(error, "evalue", None)
+    what = f"{ename}: {one_line(evalue or '')}" if ename else f"{type(error).__name__}: {one_line(str(error))}"
+    return one_line(where + what)
 
 
 def execute(path: Path, out_dir: Path, timeout_s: int) -> float:
@@ -57,53 +108,88 @@ def execute(path: Path, out_dir: Path, timeout_s: int) -> float:
     body, _ = HTMLExporter().from_notebook_node(nb)
     (out_dir / "html" / f"{path.stem}.html").write_text(body)
     if error is not None:
-        raise RuntimeError(
-            f"{path.name} failed after {seconds:.0f} s; see {out_dir / 'html' / (path.stem + '.html')}"
+        raise LessonFailed(
+            f"{path.name} failed after {seconds:.0f} s; see {out_dir / 'html' / (path.stem + '.html')}",
+            seconds=seconds,
+            first_line=first_error_line(nb, error),
         ) from error
     return seconds
 
 
-def write_index(out_dir: Path, rows: list[tuple[Path, float | None, str]]) -> Path:
-    """An HTML page linking the executed lessons in order, with each one's run time."""
+def write_index(out_dir: Path, runs: list[LessonRun]) -> Path:
+    """An HTML page linking the executed lessons in order, with each one's run time and outcome."""
     items = "\n".join(
-        f'<tr><td><a href="html/{html.escape(p.stem)}.html">{html.escape(p.stem)}</a></td>'
-        f"<td>{'' if s is None else f'{s / 60:.1f} min'}</td><td>{html.escape(status)}</td></tr>"
-        for p, s, status in rows
+        f'<tr><td><a href="html/{html.escape(r.name)}.html">{html.escape(r.name)}</a></td>'
+        f"<td>{'' if r.seconds is None else f'{r.seconds / 60:.1f} min'}</td>"
+        f"<td>{'ok' if r.ok else 'FAILED'}</td><td>{html.escape(r.error or '')}</td></tr>"
+        for r in runs
     )
+    failed = sum(not r.ok for r in runs)
+    summary = f"{len(runs) - failed} of {len(runs)} lessons passed" + (f", {failed} FAILED" if failed else "")
     page = (
         "<!doctype html><meta charset='utf-8'><title>Ray Train course</title>"
         "<h1>Distributed PyTorch with Ray Train: executed lessons</h1>"
-        f"<p>Profile: {html.escape(profile_name())}. Generated {time.strftime('%Y-%m-%d %H:%M')}.</p>"
-        f"<table border=1 cellpadding=4><tr><th>lesson</th><th>run time</th><th>status</th></tr>{items}</table>"
+        f"<p>Profile: {html.escape(profile_name())}. Generated {time.strftime('%Y-%m-%d %H:%M')}. "
+        f"{summary}.</p>"
+        "<table border=1 cellpadding=4><tr><th>lesson</th><th>run time</th><th>status</th>"
+        f"<th>first error line</th></tr>{items}</table>"
     )
     index = out_dir / "index.html"
     index.write_text(page)
     return index
 
 
+TABLE_HEADER = "| lesson | seconds | result | first error line |"
+
+
+def format_table(runs: list[LessonRun]) -> str:
+    """The run's last lines: a Markdown table, one row per lesson (``ok`` or ``FAILED`` and the
+    first error line). ``course_utils.canary.parse_course_table`` reads it back."""
+    rows = [TABLE_HEADER, "|---|---:|---|---|"]
+    for r in runs:
+        seconds = "" if r.seconds is None else f"{r.seconds:.0f}"
+        rows.append(f"| {r.name} | {seconds} | {'ok' if r.ok else 'FAILED'} | {r.error or ''} |")
+    return "\n".join(rows)
+
+
+def run_lessons(paths: list[Path], out_dir: Path, timeout_s: int) -> list[LessonRun]:
+    """Execute every lesson in ``paths``, each whatever happened to the one before."""
+    runs: list[LessonRun] = []
+    for path in paths:
+        print(f"{path.stem} ...", end=" ", flush=True)
+        try:
+            seconds = execute(path, out_dir, timeout_s)
+        except LessonFailed as exc:
+            runs.append(LessonRun(path.stem, exc.seconds, exc.first_line or "failed"))
+            print(f"FAILED\n  {exc}\n  {exc.first_line}", flush=True)
+        except Exception as exc:  # the kernel did not start, the HTML export broke: still a lesson's outcome
+            runs.append(LessonRun(path.stem, None, one_line(f"{type(exc).__name__}: {exc}")))
+            print(f"FAILED\n  {type(exc).__name__}: {exc}", flush=True)
+        else:
+            runs.append(LessonRun(path.stem, seconds))
+            print(f"{seconds:.0f} s", flush=True)
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the selected lessons (all by default); 0 when every one passed, else 1."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("only", nargs="*", help="lesson numbers to run (default: all), e.g. 01 02")
     parser.add_argument("--timeout", type=int, default=900, help="seconds per cell (default 900)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="folder for the executed copies (default: build/)"
+    )
     args = parser.parse_args(argv)
-    out_dir = build_root()
+    out_dir = (args.out or build_root()).resolve()
     print(f"Running the course in the {profile_name()} profile; executed copies go to {out_dir}")
-    rows: list[tuple[Path, float | None, str]] = []
-    failed = False
-    for path in lessons(args.only):
-        print(f"{path.stem} ...", end=" ", flush=True)
-        try:
-            seconds = execute(path, out_dir, args.timeout)
-            rows.append((path, seconds, "ok"))
-            print(f"{seconds:.0f} s")
-        except RuntimeError as exc:
-            rows.append((path, None, "FAILED"))
-            print(f"FAILED\n  {exc}\n  cause: {type(exc.__cause__).__name__}: {str(exc.__cause__)[:500]}")
-            failed = True
-            break
-    index = write_index(out_dir, rows)
-    total = sum(s for _, s, _ in rows if s)
+    runs = run_lessons(lessons(args.only), out_dir, args.timeout)
+    index = write_index(out_dir, runs)
+    total = sum(r.seconds or 0 for r in runs)
+    failed = [r.name for r in runs if not r.ok]
+    print(f"\n{format_table(runs)}\n")
     print(f"total: {total / 60:.1f} min; index: {index}")
+    if failed:
+        print(f"{len(failed)} of {len(runs)} lessons FAILED: {', '.join(failed)}")
     return 1 if failed else 0
 
 

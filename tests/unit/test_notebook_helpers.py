@@ -26,9 +26,13 @@ def test_lessons_selector():
 
 def test_index_links_lessons_with_times(tmp_path):
     lessons = run_course.lessons()[:2]
-    index = run_course.write_index(tmp_path, [(lessons[0], 90.0, "ok"), (lessons[1], None, "FAILED")])
-    page = index.read_text()
+    runs = [
+        run_course.LessonRun(lessons[0].stem, 90.0),
+        run_course.LessonRun(lessons[1].stem, 30.0, "05. Fit: ValueError: boom"),
+    ]
+    page = run_course.write_index(tmp_path, runs).read_text()
     assert f'href="html/{lessons[0].stem}.html"' in page and "1.5 min" in page and "FAILED" in page
+    assert "05. Fit: ValueError: boom" in page and "1 of 2 lessons passed, 1 FAILED" in page
 
 
 def test_committed_notebooks_have_no_outputs_and_the_course_kernel():

@@ -1,0 +1,76 @@
+"""./build.sh course attempts every lesson even when one fails, ends with one table, and exits 1 on
+any failure. ``execute`` is replaced by a fake: no kernel, no Ray."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils import run_course
+
+
+def _fake_execute(fail: dict[str, Exception]):
+    calls: list[str] = []
+
+    def execute(path: Path, out_dir: Path, timeout_s: int) -> float:
+        calls.append(path.stem[:2])
+        if path.stem[:2] in fail:
+            raise fail[path.stem[:2]]
+        return 12.0
+
+    return execute, calls
+
+
+def test_every_lesson_runs_after_a_failure_and_the_run_exits_1(monkeypatch, tmp_path, capsys):
+    failure = run_course.LessonFailed("02 failed", seconds=40.0, first_line="06. Fit: ValueError: boom")
+    execute, calls = _fake_execute({"02": failure, "04": OSError("kernel died")})
+    monkeypatch.setattr(run_course, "execute", execute)
+    code = run_course.main(["01", "02", "03", "04", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 1 and calls == ["01", "02", "03", "04"]
+    assert "2 of 4 lessons FAILED" in out
+    table = out[out.index(run_course.TABLE_HEADER) :].splitlines()
+    assert table[2:6] == [
+        f"| {run_course.lessons(['01'])[0].stem} | 12 | ok |  |",
+        f"| {run_course.lessons(['02'])[0].stem} | 40 | FAILED | 06. Fit: ValueError: boom |",
+        f"| {run_course.lessons(['03'])[0].stem} | 12 | ok |  |",
+        f"| {run_course.lessons(['04'])[0].stem} |  | FAILED | OSError: kernel died |",
+    ]
+    page = (tmp_path / "index.html").read_text()
+    assert "06. Fit: ValueError: boom" in page and "2 of 4 lessons passed, 2 FAILED" in page
+
+
+def test_a_clean_run_exits_0(monkeypatch, tmp_path, capsys):
+    execute, calls = _fake_execute({})
+    monkeypatch.setattr(run_course, "execute", execute)
+    assert run_course.main(["01", "02", "--out", str(tmp_path)]) == 0 and calls == ["01", "02"]
+    assert "FAILED" not in capsys.readouterr().out
+
+
+def test_first_error_line_names_the_failing_section_and_skips_cells_failing_on_purpose():
+    nb = nbformat.v4.new_notebook()
+    on_purpose = nbformat.v4.new_code_cell(
+        "# 03. Retries run out\nfit()", metadata={"tags": ["raises-exception"]}
+    )
+    on_purpose.outputs = [
+        nbformat.v4.new_output("error", ename="TrainingFailedError", evalue="x", traceback=[])
+    ]
+    real = nbformat.v4.new_code_cell("# 05. Restore\nrestore()")
+    real.outputs = [nbformat.v4.new_output("error", ename="KeyError", evalue="'epoch'", traceback=[])]
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"), on_purpose, real]
+
+    class CellError(Exception):
+        ename, evalue = "KeyError", "'epoch'\nmore lines"
+
+    assert run_course.first_error_line(nb, CellError()) == "05. Restore: KeyError: 'epoch'"
+    # a timeout or a dead kernel has no ename: its type and first line
+    assert run_course.first_error_line(nbformat.v4.new_notebook(), TimeoutError("\ncell ran 900 s\n")) == (
+        "TimeoutError: cell ran 900 s"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, expected", [("a | b\nc", "a / b"), ("\n\n  x  ", "x"), ("y" * 300, "y" * 199 + "…")]
+)
+def test_one_line(text, expected):
+    assert run_course.one_line(text) == expected
