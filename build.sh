@@ -1,30 +1,106 @@
 #!/usr/bin/env bash
-# The course's one entry point. ./build.sh {setup|lab|course|test|clean} — see README.md.
+# The course's one entry point. ./build.sh {setup|lab|course|test|clean|lock|canary} — see README.md.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-VENV="$ROOT/.venv"
+# COURSE_VENV puts the venv elsewhere (a second one on another Python, e.g. /tmp/venv312).
+VENV="${COURSE_VENV:-$ROOT/.venv}"
+case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
 PY="$VENV/bin/python"
 KERNEL="ray-train-course"
+LOCK="$ROOT/requirements.lock"
 STAMP="$VENV/.setup-stamp"
 BUILD="$ROOT/build"
 export COURSE_PROFILE="${COURSE_PROFILE:-auto}"
 
 die() { echo "build.sh: $*" >&2; exit 1; }
 
+PYTHONS="3.11, 3.12 or 3.13"
+
+python_minor() {
+  # "3.11" for a Python the course accepts (3.11-3.13), nothing (and exit 1) for any other.
+  "$1" -c 'import sys; v = sys.version_info[:2]; assert (3, 11) <= v <= (3, 13); print("%d.%d" % v)' 2>/dev/null
+}
+
 find_python() {
-  for candidate in "${PYTHON:-}" python3.11 python3; do
-    [ -n "$candidate" ] || continue
+  # $PYTHON when set (taken or refused, never replaced). Else, the way a learner has it: python3.11,
+  # python3.12, python3.13, python3 on PATH, then pyenv's installed versions; 3.11 preferred when
+  # several are there (it is the Python requirements.lock was made with), then 3.12, then 3.13.
+  if [ -n "${PYTHON:-}" ]; then
+    python_minor "$PYTHON" >/dev/null && { echo "$PYTHON"; return 0; }
+    return 1
+  fi
+  local candidates=(python3.11 python3.12 python3.13 python3) candidate minor want root
+  if command -v pyenv >/dev/null 2>&1 && root="$(pyenv root 2>/dev/null)"; then
+    while IFS= read -r candidate; do candidates+=("$candidate"); done \
+      < <(compgen -G "$root/versions/3.1[123]*/bin/python3" | sort -rV)
+  fi
+  local found=()  # "minor path" of every candidate that runs and is accepted
+  for candidate in "${candidates[@]}"; do
     command -v "$candidate" >/dev/null 2>&1 || continue
-    if "$candidate" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; then
-      echo "$candidate"; return 0
-    fi
+    minor="$(python_minor "$candidate")" || continue  # a pyenv shim of a version not selected fails here
+    found+=("$minor $candidate")
+  done
+  for want in 3.11 3.12 3.13; do
+    for candidate in "${found[@]}"; do
+      [ "${candidate%% *}" = "$want" ] && { echo "${candidate#* }"; return 0; }
+    done
   done
   return 1
 }
 
+no_python() {
+  if [ -n "${PYTHON:-}" ]; then
+    die "PYTHON=$PYTHON is not Python $PYTHONS ($("$PYTHON" --version 2>/dev/null || echo 'it does not run')). Point PYTHON at one of those, e.g. PYTHON=/path/to/python3.11."
+  fi
+  die "needs Python $PYTHONS (python3 here: $(python3 --version 2>/dev/null || echo none)). Install one (3.11 preferred), or set PYTHON=/path/to/python3.11."
+}
+
 setup_hash() {
-  cat "$ROOT/requirements.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1
+  cat "$ROOT/requirements.txt" "$LOCK" "$ROOT/pyproject.toml" 2>/dev/null | sha256sum | cut -d' ' -f1
+}
+
+lock_field() {
+  # A "# name: value" header line of requirements.lock (python, platform).
+  sed -n "s/^# $1: //p" "$LOCK" | head -n 1
+}
+
+stale_lock() {
+  # The direct pins requirements.lock disagrees with (a bump, e.g. by Dependabot, without ./build.sh lock).
+  "$PY" - "$ROOT/requirements.txt" "$LOCK" <<'PY'
+import re, sys
+def pins(path):
+    found = {}
+    for line in open(path):
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([^\s;#]+)", line)
+        if m:
+            found[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[3]
+    return found
+wanted, locked = pins(sys.argv[1]), pins(sys.argv[2])
+print(", ".join(f"{n}=={v}, lock: {locked.get(n, 'none')}" for n, v in wanted.items() if locked.get(n) != v))
+PY
+}
+
+install_requirements() {
+  # requirements.txt (the direct pins) constrained by requirements.lock (every other package, pinned).
+  # The lock was made on one Python and platform (its header says which). Elsewhere a pin may have no
+  # wheel: then pip fails, and setup says so in one line and installs requirements.txt's pins alone.
+  # Constraints for packages nothing requests (nvidia-* on macOS) are ignored by pip.
+  if [ ! -f "$LOCK" ]; then
+    "$PY" -m pip install --quiet -r "$ROOT/requirements.txt"; return
+  fi
+  local log="$VENV/.pip-lock.log" here stale
+  stale="$(stale_lock)"
+  [ -z "$stale" ] || die "requirements.lock is older than requirements.txt ($stale): run ./build.sh lock and commit requirements.lock with requirements.txt."
+  if "$PY" -m pip install --quiet -r "$ROOT/requirements.txt" -c "$LOCK" 2>"$log"; then
+    return 0
+  fi
+  here="$("$PY" -c 'import sys, sysconfig; print("%d.%d %s" % (*sys.version_info[:2], sysconfig.get_platform()))')"
+  if [ "$here" = "$(lock_field python) $(lock_field platform)" ]; then
+    cat "$log" >&2; return 1  # the lock's own Python and platform: a real failure, not a missing wheel
+  fi
+  echo "setup: requirements.lock (Python $(lock_field python), $(lock_field platform)) does not install on Python ${here% *}, ${here#* } ($(grep -m1 -E '^ERROR' "$log" || tail -n 1 "$log")); installing requirements.txt's pins alone, other packages at their newest"
+  "$PY" -m pip install --quiet -r "$ROOT/requirements.txt"
 }
 
 setup() {
@@ -33,12 +109,17 @@ setup() {
     echo "setup: up to date ($VENV)"; return 0
   fi
   local base
-  base="$(find_python)" || die "needs Python 3.11 (found: $(python3 --version 2>&1 || echo none)). Install it, or set PYTHON=/path/to/python3.11."
-  echo "setup: creating $VENV with $("$base" --version)"
-  [ -x "$PY" ] || "$base" -m venv "$VENV" || die "could not create a venv; on Debian/Ubuntu: apt-get install python3.11-venv"
+  if [ -x "$PY" ]; then
+    base="$PY"
+    echo "setup: updating $VENV ($("$PY" --version))"
+  else
+    base="$(find_python)" || no_python
+    echo "setup: creating $VENV with $("$base" --version) ($base)"
+    "$base" -m venv "$VENV" || die "could not create a venv; on Debian/Ubuntu: apt-get install python3-venv (python3.11-venv, ...)"
+  fi
   "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  echo "setup: installing requirements.txt (torch is large: a few minutes the first time)"
-  "$PY" -m pip install --quiet -r "$ROOT/requirements.txt" \
+  echo "setup: installing requirements.txt with requirements.lock (torch is large: a few minutes the first time)"
+  install_requirements \
     || die "pip could not install requirements.txt (see the error above). Check your connection to the package index, then re-run ./build.sh setup."
   "$PY" -m pip install --quiet --no-deps -e "$ROOT" || die "pip could not install course_utils (pip install -e .)."
   "$PY" -m ipykernel install --sys-prefix --name "$KERNEL" --display-name "Python (Ray Train course)" >/dev/null \
@@ -46,6 +127,40 @@ setup() {
   lab_settings
   setup_hash > "$STAMP"
   echo "setup: done (kernel '$KERNEL' registered)"
+}
+
+lock() {
+  # requirements.lock: a fresh throwaway venv, `pip install -r requirements.txt`, then `pip freeze
+  # --exclude-editable` (the course package is never in it). Run after changing requirements.txt.
+  local base tmp
+  base="$(find_python)" || no_python
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  echo "lock: installing requirements.txt into a fresh venv with $("$base" --version) (a few minutes)"
+  "$base" -m venv "$tmp/venv" || die "could not create a venv in $tmp"
+  "$tmp/venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+  "$tmp/venv/bin/python" -m pip install --quiet -r "$ROOT/requirements.txt" \
+    || die "pip could not install requirements.txt; requirements.lock left as it was."
+  {
+    lock_header "$tmp/venv/bin/python"
+    "$tmp/venv/bin/python" -m pip freeze --exclude-editable | grep -v -i -E '^course[-_]utils([=@ ]|$)'
+  } > "$LOCK.new"
+  mv "$LOCK.new" "$LOCK"
+  echo "lock: wrote $LOCK ($(grep -c '==' "$LOCK") pins); commit it with requirements.txt"
+}
+
+lock_header() {
+  "$1" - <<'PY'
+import datetime, platform, sys, sysconfig
+print(f"""\
+# Every package `pip install -r requirements.txt` installs, pinned: `./build.sh setup` installs
+# requirements.txt with this file as constraints (pip install -r requirements.txt -c requirements.lock).
+# Made by `./build.sh lock` (a fresh venv, pip install -r requirements.txt, pip freeze --exclude-editable)
+# on {datetime.date.today()} with Python {platform.python_version()} on {sysconfig.get_platform()}. Do not edit:
+# change requirements.txt, then run ./build.sh lock.
+# python: {sys.version_info[0]}.{sys.version_info[1]}
+# platform: {sysconfig.get_platform()}""")
+PY
 }
 
 lab_settings() {
@@ -97,9 +212,30 @@ test_all() {
   # smoke profile through nbmake's runner, as shipped and then with its exercises answered in the
   # same kernel (conftest.py). A failing cell fails the run; the end lists each learner path.
   # --timeout is per test item: a lesson with its answered exercises gets 1,500 s.
+  # Paths given first replace `tests notebooks` (ci.yml's newer-Python job: tests/unit and lessons
+  # 01-02); every argument after them goes to pytest as it is.
   cd "$ROOT"
-  COURSE_PROFILE="${COURSE_TEST_PROFILE:-smoke}" "$PY" -m pytest tests notebooks \
+  local targets=()
+  while [ $# -gt 0 ] && [ -e "${1%%::*}" ]; do targets+=("$1"); shift; done
+  [ ${#targets[@]} -gt 0 ] || targets=(tests notebooks)
+  COURSE_PROFILE="${COURSE_TEST_PROFILE:-smoke}" "$PY" -m pytest "${targets[@]}" \
     --nbmake-timeout=600 --timeout=1500 --durations=20 -p no:cacheprovider "$@"
+}
+
+canary() {
+  # The newest Ray and newest other direct dependencies that install here (torch and torchvision stay
+  # pinned), no lock, in a venv of their own; then the unit tests, every lesson and the benches, ending
+  # with one table (course_utils/canary.py; --no-bench, --lessons 01 02). Exit 1 when anything failed.
+  local venv="${COURSE_CANARY_VENV:-$ROOT/.venv-canary}" base
+  case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac
+  if [ ! -x "$venv/bin/python" ]; then
+    base="$(find_python)" || no_python
+    echo "canary: creating $venv with $("$base" --version)"
+    "$base" -m venv "$venv" || die "could not create a venv at $venv"
+  fi
+  "$venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+  cd "$ROOT"
+  exec "$venv/bin/python" -m course_utils.canary "$@"
 }
 
 clean() {
@@ -121,5 +257,7 @@ case "$cmd" in
   course) course "$@" ;;
   test) test_all "$@" ;;
   clean) clean ;;
-  *) echo "usage: ./build.sh {setup|lab|course|test|clean}"; echo "  see README.md"; exit 2 ;;
+  lock) lock ;;
+  canary) canary "$@" ;;
+  *) echo "usage: ./build.sh {setup|lab|course|test|clean|lock|canary}"; echo "  see README.md"; exit 2 ;;
 esac
