@@ -12,8 +12,10 @@ import yaml
 from course_utils.config import REPO_ROOT
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
-# A build.sh call with any leading VAR=value settings, e.g. "COURSE_TEST_PROFILE=full ./build.sh test".
-BUILD_CALL = re.compile(r"(?:[A-Z_]+=\S+ )*\./build\.sh \w+")
+# A build.sh call with any leading VAR=value settings and its arguments, up to the line's end or a
+# `&&`, e.g. "COURSE_TEST_PROFILE=full ./build.sh test".
+BUILD_CALL = re.compile(r"(?:[A-Z_]+=\S+ )*\./build\.sh \w+[^\n&|;]*")
+LESSONS_01_02 = "notebooks/01_single_gpu_baseline.ipynb notebooks/02_ray_train_migration.ipynb"
 
 
 def _load(name: str) -> dict:
@@ -35,7 +37,7 @@ def _actionlint() -> str:
 
 def test_workflows_lint_clean():
     files = sorted(WORKFLOWS.glob("*.yml"))
-    assert [f.name for f in files] == ["ci.yml", "gpu.yml"]
+    assert [f.name for f in files] == ["canary.yml", "ci.yml", "gpu.yml"]
     run = subprocess.run(
         [_actionlint(), "-color=false", *map(str, files)],
         cwd=REPO_ROOT,
@@ -49,21 +51,60 @@ def test_workflows_lint_clean():
 def test_every_build_command_in_the_workflows_is_one_the_readme_gives():
     readme = (REPO_ROOT / "README.md").read_text()
     calls = [
-        call
-        for name in ("ci.yml", "gpu.yml")
+        call.strip()
+        for name in ("canary.yml", "ci.yml", "gpu.yml")
         for line in _run_lines(_load(name))
         for call in BUILD_CALL.findall(line)
     ]
     assert "./build.sh test" in calls and "COURSE_TEST_PROFILE=full ./build.sh test" in calls
+    assert f"./build.sh test tests/unit {LESSONS_01_02}" in calls and "./build.sh canary" in calls
     missing = [call for call in calls if call not in readme]
     assert not missing, f"the workflows run commands README.md does not give: {missing}"
 
 
 def test_cpu_job_runs_the_tests_on_python_311():
-    (job,) = _load("ci.yml")["jobs"].values()
+    job = _load("ci.yml")["jobs"]["test"]
+    assert job["env"]["PYTHON"] == "python3.11"
     setup = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python"))
     assert job["runs-on"].startswith("ubuntu") and setup["with"]["python-version"] == "3.11"
     assert _run_lines({"jobs": {"test": job}})[0] == "./build.sh test"
+
+
+def test_newer_python_job_runs_unit_tests_and_lessons_01_02_on_312_and_313():
+    jobs = _load("ci.yml")["jobs"]
+    assert set(jobs) == {"test", "newer-python"}
+    job = jobs["newer-python"]
+    assert job["strategy"]["matrix"]["python"] == ["3.12", "3.13"] and not job["strategy"]["fail-fast"]
+    setup = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python"))
+    assert setup["with"]["python-version"] == "${{ matrix.python }}"
+    assert job["env"]["PYTHON"] == "python${{ matrix.python }}"  # build.sh takes exactly that Python
+    assert _run_lines({"jobs": {"j": job}}) == [f"./build.sh test tests/unit {LESSONS_01_02}"]
+    for path in LESSONS_01_02.split():
+        assert (REPO_ROOT / path).exists(), path
+    # build.sh test runs the paths it is given instead of `tests notebooks`
+    build = (REPO_ROOT / "build.sh").read_text()
+    assert "targets=(tests notebooks)" in build and '-m pytest "${targets[@]}"' in build
+
+
+def test_canary_runs_weekly_and_on_demand():
+    workflow = _load("canary.yml")
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as True
+    assert "workflow_dispatch" in triggers and triggers["schedule"][0]["cron"].split()[-1] == "1"
+    (job,) = workflow["jobs"].values()
+    assert _run_lines({"jobs": {"j": job}}) == ["./build.sh canary"]
+    upload = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["if"] == "always()" and upload["with"]["path"] == "build/canary/"
+
+
+def test_dependabot_updates_pip_and_actions_weekly():
+    config = yaml.safe_load((REPO_ROOT / ".github" / "dependabot.yml").read_text())
+    assert config["version"] == 2
+    assert {
+        (u["package-ecosystem"], u["directory"], u["schedule"]["interval"]) for u in config["updates"]
+    } == {
+        ("pip", "/", "weekly"),
+        ("github-actions", "/", "weekly"),
+    }
 
 
 def test_gpu_job_runs_every_notebook_in_the_full_profile_on_a_gpu_runner():
@@ -73,4 +114,4 @@ def test_gpu_job_runs_every_notebook_in_the_full_profile_on_a_gpu_runner():
     build = (REPO_ROOT / "build.sh").read_text()
     # ./build.sh test is what runs the notebooks (nbmake's runner, conftest.py) with a per-notebook
     # and per-cell timeout.
-    assert "pytest tests notebooks" in build and "--timeout=" in build and "--nbmake-timeout=" in build
+    assert "targets=(tests notebooks)" in build and "--timeout=" in build and "--nbmake-timeout=" in build
