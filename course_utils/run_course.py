@@ -74,7 +74,9 @@ def first_error_line(nb: Any, error: BaseException) -> str:
             where = f"{first[2:]}: " if first.startswith("# ") else ""
             break
     ename, evalue = getattr(error, "ename", None), getattr(error, "evalue", None)
-    what = f"{ename}: {one_line(evalue or '')}" if ename else f"{type(error).__name__}: {one_line(str(error))}"
+    what = (
+        f"{ename}: {one_line(evalue or '')}" if ename else f"{type(error).__name__}: {one_line(str(error))}"
+    )
     return one_line(where + what)
 
 
