@@ -267,11 +267,15 @@ def run(
     return code, "".join(lines)
 
 
-def child_env() -> dict[str, str]:
-    """The environment for every step: this venv's bin first (jupyter, ray, py-spy)."""
+def child_env(out_dir: Path, own_storage: bool = True) -> dict[str, str]:
+    """The environment for every step: this venv's bin first (jupyter, ray, py-spy); for lessons and
+    benches (``own_storage``) the runs go to ``out_dir/storage`` unless ``COURSE_STORAGE`` says
+    otherwise, so the pinned course's ``storage/`` is left alone."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("COURSE_PROFILE", "auto")
+    if own_storage:
+        env.setdefault("COURSE_STORAGE", str(out_dir / "storage"))
     return env
 
 
@@ -299,7 +303,7 @@ def install(out_dir: Path, report: Report) -> bool:
          "--display-name", "Python (Ray Train course)"],
     ]  # fmt: skip
     for i, command in enumerate(commands):
-        code, output = run(command, out_dir / "logs" / f"install-{i}.log", 3600, child_env())
+        code, output = run(command, out_dir / "logs" / f"install-{i}.log", 3600, child_env(out_dir, False))
         if code != 0:
             report.steps.append(
                 Step("install (requirements.txt, == relaxed to >=)", False, first_error(output))
@@ -348,13 +352,13 @@ def unit_tests(out_dir: Path, report: Report) -> None:
         "-p",
         "no:cacheprovider",
     ]
-    code, output = run(command, out_dir / "logs" / "unit-tests.log", 3600, child_env())
+    code, output = run(command, out_dir / "logs" / "unit-tests.log", 3600, child_env(out_dir, False))
     report.steps.append(parse_pytest(output, code))
 
 
 def lessons(out_dir: Path, selected: Sequence[str], report: Report) -> None:
     command = [sys.executable, "-m", "course_utils.run_course", "--out", str(out_dir / "course"), *selected]
-    code, output = run(command, out_dir / "logs" / "course.log", 4 * 3600, child_env())
+    code, output = run(command, out_dir / "logs" / "course.log", 4 * 3600, child_env(out_dir))
     found = parse_course_table(output)
     for lesson in found:
         seconds = "" if lesson.seconds is None else f"{lesson.seconds:.0f} s"
@@ -367,7 +371,7 @@ def benches(out_dir: Path, names: Sequence[str], report: Report) -> None:
     pinned = json.loads(PINNED.read_text())["benches"]
     for name in names:
         command = [sys.executable, "-m", "course_utils.bench", name]
-        code, output = run(command, out_dir / "logs" / f"bench-{name}.log", 3600, child_env())
+        code, output = run(command, out_dir / "logs" / f"bench-{name}.log", 3600, child_env(out_dir))
         error = None if code == 0 else f"exit {code}: {first_error(output)}"
         report.steps.extend(bench_steps(name, pinned.get(name, {}), parse_bench(output), error))
 
