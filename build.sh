@@ -135,7 +135,8 @@ lock() {
   local base tmp
   base="$(find_python)" || no_python
   tmp="$(mktemp -d)"
-  trap 'rm -rf "$tmp"' EXIT
+  # shellcheck disable=SC2064  # expanded now: $tmp is local, gone when the EXIT trap runs
+  trap "rm -rf '$tmp'" EXIT
   echo "lock: installing requirements.txt into a fresh venv with $("$base" --version) (a few minutes)"
   "$base" -m venv "$tmp/venv" || die "could not create a venv in $tmp"
   "$tmp/venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
