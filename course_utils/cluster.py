@@ -13,9 +13,17 @@ exactly that node's process group. This module starts and ends Ray processes;
 elastic run's controller decided (``scaling_decisions``, from Ray Train's controller log) and asks
 Ray's autoscaling coordinator to re-read the nodes (``refresh_autoscaling_coordinator``).
 
-Connect a course process to it with ``RAY_ADDRESS=<cluster.address>``: ``session.start_ray()``
-then joins the cluster instead of starting Ray. Every node here sees the same disk, so a
-local ``COURSE_STORAGE`` folder counts as shared storage; on real machines it would not.
+Connect a course process to it with ``cluster.driver_env()`` (``RAY_ADDRESS=<cluster.address>``
+and ``RAY_AUTH_MODE=token``): ``session.start_ray()`` then joins the cluster instead of starting
+Ray. Every node here sees the same disk, so a local ``COURSE_STORAGE`` folder counts as shared
+storage; on real machines it would not.
+
+Token authentication, as a workshop host sets it up: the token is where Ray looks for it
+(``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``, made by ``ray get-auth-token
+--generate`` when missing, as a local ``ray.init()`` makes it), and every node and driver runs
+with ``RAY_AUTH_MODE=token``. Ray's defaults alone (2.60) are not enough for a cluster: ``ray start
+--head`` turns token auth on only if a token exists, and a node or driver given an explicit
+address never does, so it would be refused by a head that has it.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from course_utils import rayinternals
 
 
 @dataclass
@@ -86,6 +96,7 @@ class LocalCluster:
         env = {
             **os.environ,
             "RAY_ADDRESS": "",  # never join a cluster named in this shell
+            "RAY_AUTH_MODE": "token",  # every node: the head requires the token, the others present it
             # A raylet waits for its node's agents (Python processes) to start; on a busy laptop
             # they can miss the default deadline and the node aborts. Give them longer.
             "RAY_agent_register_timeout_ms": "120000",
@@ -103,6 +114,7 @@ class LocalCluster:
         the node's agents); such a node is started again, up to ``attempts`` times.
         """
         self.temp_root = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))
+        ensure_auth_token()
         for attempt in range(1, attempts + 1):
             port, dashboard_port = free_port(), free_port()
             self.address = f"{node_ip(0)}:{port}"
@@ -154,6 +166,11 @@ class LocalCluster:
             time.sleep(0.5)
         return False
 
+    def driver_env(self) -> dict[str, str]:
+        """What a driver's environment needs to join this cluster: its address and token auth on
+        (the token itself it finds where ``ray start`` found it, on this machine)."""
+        return {"RAY_ADDRESS": self.address or "", "RAY_AUTH_MODE": "token"}
+
     @property
     def node_count(self) -> int:
         """How many nodes this cluster has once every one joined."""
@@ -182,6 +199,24 @@ class LocalCluster:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def ensure_auth_token() -> None:
+    """Make sure Ray finds an auth token on this machine, as a host does before ``ray start --head``:
+    ``ray get-auth-token --generate`` writes ``~/.ray/auth_token`` when no token is found
+    (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` and the file are looked at first, as by Ray)."""
+    from course_utils.session import auth_token
+
+    if auth_token()[0]:
+        return
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("ray")), "get-auth-token", "--generate"],
+        capture_output=True,  # it prints the token: keep it out of logs
+        text=True,
+        env={**os.environ, "RAY_ADDRESS": ""},
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"`ray get-auth-token --generate` failed: {done.stderr.strip()[-500:]}")
 
 
 def wait_for_nodes(count: int, timeout_s: float = 120.0) -> list[dict[str, Any]]:
@@ -570,13 +605,13 @@ def joined(nodes: list[ExtraNode], timeout_s: float = 120.0) -> str | None:
     return f"a Ray node started on this machine could not join the cluster at {address}: {err}"
 
 
-# Ray's autoscaling coordinator: a detached actor (ray.data._internal.cluster_autoscaler.
-# default_autoscaling_coordinator) that the first elastic run on a cluster creates. An elastic run
-# sizes its worker group from the nodes the coordinator last read, and it re-reads them only every
-# COORDINATOR_REFRESH_S (its TICK_INTERVAL_S, a constant: no setting, env or config changes it).
-COORDINATOR_NAME = "AutoscalingCoordinator"
-COORDINATOR_NAMESPACE = "AutoscalingCoordinator"
-COORDINATOR_REFRESH_S = 20
+# Ray's autoscaling coordinator: a detached actor that the first elastic run on a cluster creates. An
+# elastic run sizes its worker group from the nodes the coordinator last read, and it re-reads them
+# only every COORDINATOR_REFRESH_S (a constant of Ray's: no setting, env or config changes it).
+# Name, namespace, period and the refresh call are Ray internals (course_utils.rayinternals).
+COORDINATOR_NAME = rayinternals.AUTOSCALING_COORDINATOR_NAME
+COORDINATOR_NAMESPACE = rayinternals.AUTOSCALING_COORDINATOR_NAMESPACE
+COORDINATOR_REFRESH_S = rayinternals.AUTOSCALING_COORDINATOR_REFRESH_S
 
 
 def refresh_autoscaling_coordinator(timeout_s: float = 10.0) -> bool:
@@ -585,30 +620,29 @@ def refresh_autoscaling_coordinator(timeout_s: float = 10.0) -> bool:
     Why: a node that joins or leaves changes what an elastic run may use only at the coordinator's
     next refresh, up to ``COORDINATOR_REFRESH_S`` (20 s) later. The demo calls this right after a
     node registered or left, so it waits for the controller's own decision instead of that clock.
-    It runs the coordinator's periodic refresh once (its private ``_tick``: re-read the nodes,
-    re-divide them among requests). False when there is no coordinator yet (the first elastic run
-    creates it, reading the nodes then) or a Ray version without ``_tick``: the run then waits
-    for the next refresh, as it would without this call.
+    It runs the coordinator's periodic refresh once (``rayinternals.tick_autoscaling_coordinator``).
+    False when there is no coordinator yet (the first elastic run creates it, reading the nodes
+    then) or a Ray version without that refresh: the run then waits for the next refresh, as it
+    would without this call.
     """
     import ray
 
     try:
         coordinator = ray.get_actor(COORDINATOR_NAME, namespace=COORDINATOR_NAMESPACE)
-        ray.get(coordinator._tick.remote(), timeout=timeout_s)
-    except Exception:  # no coordinator, or no _tick in this Ray: the 20 s refresh still happens
+        rayinternals.tick_autoscaling_coordinator(coordinator, timeout_s)
+    except Exception:  # no coordinator, or no such refresh in this Ray: the 20 s refresh still happens
         return False
     return True
 
 
 def _decision(message: str) -> tuple[str, int] | None:
-    """``("start", n)`` / ``("resize", n)`` from one of the elastic policy's INFO lines, else None
-    (ray/train/v2/_internal/execution/scaling_policy/elastic.py)."""
+    """``("start", n)`` / ``("resize", n)`` from one of the elastic policy's INFO lines, else None."""
     import re
 
-    if "Deciding to start/restart training" in message:
+    if rayinternals.ELASTIC_START_DECISION in message:
         found = re.search(r"resources for (\d+) workers", message)
         return ("start", int(found.group(1))) if found else None
-    if "Deciding to resize the worker group" in message:
+    if rayinternals.ELASTIC_RESIZE_DECISION in message:
         found = re.search(r"from (\d+) -> (\d+) workers", message)
         return ("resize", int(found.group(2))) if found else None
     return None
@@ -627,12 +661,12 @@ def scaling_decisions(
     name in this session; ``log_dir`` overrides where to look (tests). Empty if none.
     """
     if log_dir is None:
-        from ray._private import worker
+        from course_utils.logs import session_logs_dir
 
-        node = worker._global_node
-        if node is None:
+        logs = session_logs_dir()
+        if logs is None:
             return []
-        log_dir = Path(node.get_session_dir_path()) / "logs" / "train"
+        log_dir = logs / "train"
     found = []
     for path in sorted(Path(log_dir).glob("ray-train-sys-controller-*.log")):
         for line in path.read_text(errors="replace").splitlines():

@@ -5,30 +5,36 @@ The sources of noise in a notebook, each sent to the log folder by the knob Ray 
 - Ray Train's INFO lines (resources requested, worker group started, every
   ``Reporting training result ...: TrainingReport(...)`` from every rank): the run's
   ``RunConfig(logging_config=LoggingConfig(log_level="WARNING"))`` (``TRAIN_LOG_LEVEL``).
-  The console and app logs then keep warnings and errors only; the system logs
-  ``logs/train/ray-train-sys-*.log`` keep everything (ray/train/v2/_internal/logging/logging.py).
-  A failed rank's traceback is logged at ERROR, so a real failure still shows. Two Ray Train
-  modules name their logger ``getLogger(__file__)`` (the report line's among them,
-  ray/train/v2/_internal/execution/context.py), which puts them outside ``ray.train`` and past
-  that level: the worker setup hook below hands their records to the logger Ray meant.
+  The console and app logs then keep warnings and errors only; Ray Train's system logs
+  ``logs/train/ray-train-sys-*.log`` keep everything. A failed rank's traceback is logged at
+  ERROR, so a real failure still shows. Two Ray Train modules name their logger
+  ``getLogger(__file__)`` (the report line's among them), which puts them outside ``ray.train``
+  and past that level: the worker setup hook below hands their records to the logger Ray meant.
 - The driver's own ``ray.init`` INFO lines: ``ray.init(logging_level=DRIVER_LOG_LEVEL)``
   (``start_ray`` passes it; the session line it prints names the address, dashboard and logs).
 - A traceback from Ray Train's ``PlacementGroupCleanerMonitor`` thread, which dies on a GCS
-  timeout under load (placement_group_cleaner.py catches only ``RayStateApiException``): the
-  worker setup hook below writes that one thread's traceback into ``logs/train/`` instead of
-  stderr. Every other thread's exception keeps Python's default hook.
+  timeout under load (Ray catches only ``RayStateApiException`` there): the worker setup hook
+  below writes that one thread's traceback into ``logs/train/`` instead of stderr. Every other
+  thread's exception keeps Python's default hook.
 - What Ray Train's detached ``PlacementGroupCleaner`` actor logs about itself (e.g. "Monitor thread
   did not exit within 12.00 seconds"): that process runs no Ray Train logging setup, so its
   records went to stderr; the hook gives its logger a file in ``logs/train/`` instead.
 - The controller's ERROR "Failed to stop PlacementGroupCleaner gracefully." (with a
-  ``GetTimeoutError`` traceback) when that helper is slow to stop under load, at the end of a run
-  (placement_group_callback.py): the hook files it as INFO, so Ray Train's level filter keeps it
-  in ``logs/train/ray-train-sys-controller-*.log`` only. Nothing else is re-levelled.
+  ``GetTimeoutError`` traceback) when that helper is slow to stop under load, at the end of a run:
+  the hook files it as INFO, so Ray Train's level filter keeps it in
+  ``logs/train/ray-train-sys-controller-*.log`` only. Nothing else is re-levelled.
+
+The Ray Train logger, thread and message names involved are internal to Ray; they live in
+``course_utils.rayinternals`` with the Ray versions they were checked on.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
+
+from course_utils import rayinternals
 
 TRAIN_LOG_LEVEL = "WARNING"
 DRIVER_LOG_LEVEL = logging.WARNING
@@ -36,15 +42,13 @@ DRIVER_LOG_LEVEL = logging.WARNING
 # detached PlacementGroupCleaner included) imports and calls it when it starts.
 WORKER_SETUP_HOOK = "course_utils.logs.setup_worker"
 # Ray-internal threads whose uncaught exception is Ray's to log, not the lesson's to show.
-RAY_INTERNAL_THREADS = ("PlacementGroupCleanerMonitor",)
+RAY_INTERNAL_THREADS = (rayinternals.TRAIN_CLEANER_THREAD,)
 # Ray Train modules whose logger is getLogger(__file__), a path, instead of their module name.
-MISNAMED_LOGGERS = ("ray.train.v2._internal.execution.context", "ray.train.collective.collectives")
+MISNAMED_LOGGERS = rayinternals.TRAIN_PATH_NAMED_LOGGERS
 # The logger of Ray Train's detached helper actor, whose own process has no Ray Train logging setup.
-CLEANER_LOGGER = "ray.train.v2._internal.execution.controller.placement_group_cleaner"
+CLEANER_LOGGER = rayinternals.TRAIN_CLEANER_LOGGER
 # Ray Train's messages about its own helpers, not the run, that it logs above INFO: logger -> starts.
-RAY_INTERNAL_MESSAGES = {
-    "ray.train.v2._internal.callbacks.placement_group_callback": ("Failed to stop PlacementGroupCleaner",),
-}
+RAY_INTERNAL_MESSAGES = rayinternals.TRAIN_HELPER_MESSAGES
 # Deprecation warnings about a library's own calls, not the learner's: Train V2's state tracking (on for
 # lesson 04's run table) reads ExecutionOptions.exclude_resources in the controller at every fit, and
 # torchdata's StatefulDataLoader calls torch.set_vital in every worker that builds one (lesson 04).
@@ -94,7 +98,7 @@ class _LogFolder(logging.Handler):
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s -- %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        path = _internal_log(self.file)
+        path = _log_file(self.file)
         if path is None:
             logging.lastResort.handle(record)  # outside a Ray worker: stderr, as before
             return
@@ -104,8 +108,6 @@ class _LogFolder(logging.Handler):
 
 def _module_file(module: str) -> str:
     """The ``__file__`` a ``ray`` submodule will have, without importing it."""
-    import os
-
     import ray
 
     return os.path.join(ray.__path__[0], *module.split(".")[1:]) + ".py"
@@ -120,7 +122,6 @@ def setup_worker() -> None:
     on this machine (stale, or someone else's cluster): each query then waited ~10 s and every fit
     ended 12 s late. ``RAY_ADDRESS`` set to this process's own cluster makes the lookup exact.
     """
-    import os
     import threading
     import warnings
 
@@ -133,7 +134,7 @@ def setup_worker() -> None:
 
     def hook(args) -> None:
         thread = getattr(args.thread, "name", "")
-        path = _internal_log(thread) if thread in RAY_INTERNAL_THREADS else None
+        path = _log_file(thread) if thread in RAY_INTERNAL_THREADS else None
         if path is None:
             default(args)
             return
@@ -156,15 +157,28 @@ def setup_worker() -> None:
     cleaner.propagate = False
 
 
-def _internal_log(thread: str) -> str | None:
+def session_logs_dir() -> Path | None:
+    """This process's Ray session log folder (``<temp dir>/<session name>/logs``); None without Ray.
+
+    From public API: the runtime context's node temp dir and session name (Ray lays the session
+    folder out as that pair). In a worker it is the worker's own node's folder.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    return Path(context.get_temp_dir()) / context.get_session_name() / "logs"
+
+
+def _log_file(thread: str) -> str | None:
     """``<session>/logs/train/<thread>-<pid>.err``, or None outside a Ray worker."""
-    import os
-
     try:
-        from ray._private.worker import _global_node  # the worker's node; no public getter
-
-        folder = os.path.join(_global_node.get_logs_dir_path(), "train")
-        os.makedirs(folder, exist_ok=True)
-        return os.path.join(folder, f"{thread}-{os.getpid()}.err")
+        logs = session_logs_dir()
+        if logs is None:
+            return None
+        folder = logs / "train"
+        folder.mkdir(parents=True, exist_ok=True)
+        return str(folder / f"{thread}-{os.getpid()}.err")
     except Exception:
         return None

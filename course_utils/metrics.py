@@ -6,6 +6,9 @@ node's CPU %, memory, object store, GPU and GPU memory when there are GPUs, and 
 ``ray_train_*`` metrics when ``RAY_TRAIN_METRICS_ENABLED`` is on (the default). This is what a
 Prometheus server would scrape; ``sample_metrics`` scrapes it itself once a second while a fit
 runs, so the lesson needs no Prometheus or Grafana.
+The endpoint is a plain HTTP server of the node's agent, outside the dashboard's token check: with
+Ray's token authentication on (2.59+) it still answers without a token, as a Prometheus server
+needs (checked live in ``tests/integration/test_session_live.py``).
 
 How fresh the numbers are is Ray's choice, not ours: the agent recomputes node figures every
 5 s (``REPORTER_UPDATE_INTERVAL_MS``) and processes export theirs, ``ray_train_*`` included,

@@ -5,6 +5,8 @@ With ``RAY_TRAIN_ENABLE_STATE_TRACKING=1`` in the driver's environment when ``fi
 writes every run, attempt and worker group into a detached ``TrainStateActor``, and the dashboard
 serves them at ``/api/train/v2/runs/v1`` (ray/dashboard/modules/train/train_head.py). The
 open-source dashboard has no Train tab: this module reads that endpoint and returns DataFrames.
+The request carries the cluster's auth token (``session.open_dashboard``): since Ray 2.59 the
+dashboard refuses one without it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import json
 import re
 import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,16 +31,18 @@ def fetch_runs(dashboard_url: str | None = None, timeout_s: float = 20.0) -> dic
     """The dashboard's answer to ``GET /api/train/v2/runs/v1`` (all Train V2 runs of the cluster).
 
     ``dashboard_url`` defaults to this driver's dashboard. Raises ``TrainStateUnavailable`` with
-    the reason (no dashboard, or no state actor because tracking was off for every run so far).
+    the reason (no dashboard, or no state actor because tracking was off for every run so far);
+    ``session.DashboardAuthError`` when the dashboard refuses the token (a setup problem to fix,
+    not a table to skip).
     """
+    from course_utils.session import DashboardHTTPError, open_dashboard
+
     url = (dashboard_url or _dashboard_url()).rstrip("/") + RUNS_ENDPOINT
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        detail = err.read().decode(errors="replace").strip()
+        return json.loads(open_dashboard(url, timeout_s=timeout_s))
+    except DashboardHTTPError as err:
         raise TrainStateUnavailable(
-            f"{url} answered {err.code}: {detail or err.reason} (is {STATE_TRACKING_ENV}=1 set in the "
+            f"{url} answered {err.code}: {err.body} (is {STATE_TRACKING_ENV}=1 set in the "
             "driver's environment before fit()? session.start_ray() sets it)"
         ) from err
     except urllib.error.URLError as err:

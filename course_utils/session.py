@@ -1,13 +1,21 @@
-"""Start or connect to Ray once, and check a run fits the cluster before it starts.
+"""Start or connect to Ray once, check a run fits the cluster before it starts, and talk to its dashboard.
 
 ``start_ray()`` is safe to call in every notebook and twice in one kernel. With ``RAY_ADDRESS``
 set it connects to that cluster (shipping ``course_utils`` to the workers); otherwise it starts
 a local Ray whose dashboard listens on loopback only.
+
+Since Ray 2.59 a cluster uses token authentication by default: a local ``ray.init()`` creates
+``~/.ray/auth_token`` if needed and turns it on (``RAY_AUTH_MODE=token``), and ``ray start --head``
+does once a token exists. The dashboard's HTTP API then refuses a request without
+``Authorization: Bearer <token>``; ``open_dashboard`` sends it, with the token from where Ray
+documents it (``auth_token``).
 """
 
 from __future__ import annotations
 
 import os
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +48,100 @@ class ResourceError(ValueError):
     """A run asks for more than the cluster has; raised before any training starts."""
 
 
+class DashboardAuthError(RuntimeError):
+    """The Ray dashboard refused a request: token missing (401) or not the cluster's (403)."""
+
+
+class DashboardHTTPError(RuntimeError):
+    """The Ray dashboard answered a request with an HTTP error other than an authentication one."""
+
+    def __init__(self, url: str, code: int, body: str):
+        super().__init__(f"{url} answered {code}: {body[:300]}")
+        self.url, self.code, self.body = url, code, body
+
+
+# Ray's documented token sources, in Ray's order (ray.exceptions.AuthenticationError's help text,
+# `ray get-auth-token`): the variable, else the file it names, else the default file.
+TOKEN_ENV = "RAY_AUTH_TOKEN"
+TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
+def default_token_path() -> Path:
+    """``~/.ray/auth_token``: where ``ray.init()`` and ``ray get-auth-token --generate`` write the token."""
+    return Path.home() / ".ray" / "auth_token"
+
+
+def auth_token() -> tuple[str | None, str]:
+    """The Ray auth token and where it came from, looked up as Ray does: ``RAY_AUTH_TOKEN``, else the
+    file named by ``RAY_AUTH_TOKEN_PATH`` (which must then hold it), else ``~/.ray/auth_token``.
+
+    ``(None, where)`` when there is none; surrounding whitespace is dropped, as Ray drops it.
+    """
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if token:
+        return token, TOKEN_ENV
+    named = os.environ.get(TOKEN_PATH_ENV)
+    path, where = (
+        (Path(named).expanduser(), f"{TOKEN_PATH_ENV}={named}") if named else (default_token_path(), "")
+    )
+    where = where or str(path)
+    try:
+        token = path.read_text().strip()
+    except OSError:
+        return None, where
+    return (token or None), where
+
+
+def token_auth_on() -> bool:
+    """True when this process uses Ray's token authentication (``RAY_AUTH_MODE=token``): a local
+    ``ray.init()`` sets it for itself; a driver joining a cluster that uses tokens needs it set."""
+    return os.environ.get(AUTH_MODE_ENV, "").strip().lower() == "token"
+
+
+def auth_headers() -> dict[str, str]:
+    """``{"Authorization": "Bearer <token>"}`` for the dashboard's HTTP API, as Ray's own clients send it:
+    only when this process uses token auth, so a cluster without it never receives the token."""
+    token, _ = auth_token()
+    return {"Authorization": f"Bearer {token}"} if token and token_auth_on() else {}
+
+
+def _auth_refused(url: str, code: int, body: str) -> DashboardAuthError:
+    """The error for a dashboard that refused our token (or its absence): where we looked, what to do."""
+    token, where = auth_token()
+    if not token_auth_on():
+        sent = f"sent no token ({AUTH_MODE_ENV} is not 'token' in this process)"
+    elif token is None:
+        sent = f"found no token ({TOKEN_ENV} unset, {where} missing or empty)"
+    else:
+        sent = f"sent the token from {where}, which the cluster does not accept"
+    return DashboardAuthError(
+        f"{url} answered {code} ({body or 'unauthorized'}): the Ray cluster uses token authentication and the "
+        f"course {sent}. The course looks in {TOKEN_ENV}, then the file named by {TOKEN_PATH_ENV}, then "
+        f"{default_token_path()}. Get the cluster's token on its head node with `ray get-auth-token`, then "
+        f"`export {AUTH_MODE_ENV}=token {TOKEN_ENV}=<token>` (or put it in {default_token_path()}) before "
+        "starting the notebook."
+    )
+
+
+def open_dashboard(url: str, timeout_s: float = 20.0) -> bytes:
+    """GET ``url`` on a Ray dashboard, authenticated (``auth_headers``); the response body.
+
+    Raises ``DashboardAuthError`` when the dashboard refuses the token or its absence (401, or 403
+    about the token), ``DashboardHTTPError`` for any other HTTP error (with its body), and
+    ``urllib.error.URLError`` when the dashboard cannot be reached.
+    """
+    request = urllib.request.Request(url, headers=auth_headers())
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.read()
+    except urllib.error.HTTPError as err:
+        body = err.read().decode(errors="replace").strip()
+        if err.code == 401 or (err.code == 403 and "authentication token" in body.lower()):
+            raise _auth_refused(url, err.code, body[:200]) from None
+        raise DashboardHTTPError(url, err.code, body or str(err.reason)) from None
+
+
 @dataclass(frozen=True)
 class RaySession:
     """What the notebooks print about the Ray they are using."""
@@ -60,33 +162,42 @@ class RaySession:
         )
 
 
-def dashboard_url() -> str | None:
-    """This process's Ray dashboard as an ``http://`` URL; None when it is not running (no ray[default])."""
-    from ray._private.worker import get_dashboard_url  # no public getter after ray.init returns
+# What ray.init() returned in start_ray, with the cluster it belongs to (gcs address): its public
+# ``dashboard_url`` is the only public place Ray gives the dashboard's address. A later
+# ray.shutdown() and start_ray() replace it.
+_ray_context: tuple[str, Any] | None = None
 
-    address = get_dashboard_url()
+
+def dashboard_url() -> str | None:
+    """This process's Ray dashboard as an ``http://`` URL, from what ``ray.init`` returned in
+    ``start_ray``; None when the dashboard is not running (no ray[default]) or Ray was not started
+    by ``start_ray`` (then the course knows no dashboard)."""
+    import ray
+
+    if _ray_context is None or not ray.is_initialized():
+        return None
+    gcs_address, context = _ray_context
+    if gcs_address != ray.get_runtime_context().gcs_address:
+        return None  # a context of an earlier Ray in this process
+    address = getattr(context, "dashboard_url", None)
     return None if not address else address if address.startswith("http") else f"http://{address}"
 
 
 def _session(connected: bool) -> RaySession:
     import ray
 
+    from course_utils import logs
+
     ctx = ray.get_runtime_context()
     res = ray.cluster_resources()
-    logs = None
-    try:
-        from ray._private.worker import _global_node
-
-        logs = str(Path(_global_node.get_session_dir_path()) / "logs") if _global_node else None
-    except Exception:
-        pass
+    logs_dir = logs.session_logs_dir()
     return RaySession(
         address=ctx.gcs_address,
         dashboard_url=dashboard_url(),
         cpus=res.get("CPU", 0.0),
         gpus=res.get("GPU", 0.0),
         nodes=len([n for n in ray.nodes() if n.get("Alive")]),
-        logs=logs,
+        logs=str(logs_dir) if logs_dir else None,
         connected_to_existing=connected,
     )
 
@@ -125,9 +236,10 @@ def start_ray(
     Ray Data's actor pools included, live there, so lesson 06 on a shared cluster finds this
     learner's actors and never another learner's.
     """
+    global _ray_context
     import ray
 
-    from course_utils import storage
+    from course_utils import rayinternals, storage
     from course_utils.config import learner_namespace, profile_name
 
     # Before any run or worker writes there: COURSE_STORAGE is writable and this learner's folder
@@ -140,6 +252,9 @@ def start_ray(
         init_kwargs.setdefault("namespace", learner_namespace())
         # Ray's INFO lines stay in its log folder (course_utils.logs); describe() names it.
         init_kwargs.setdefault("logging_level", logs.DRIVER_LOG_LEVEL)
+        # Ray's notice that token authentication is on (every local ray.init since 2.59): lesson 01
+        # explains the token once; the notice's only advice is to turn it off.
+        rayinternals.quiet_token_auth_notice()
         env = dict(COURSE_ENV, **(SMOKE_ENV if profile_name(profile) == "smoke" else {}))
         for key, value in env.items():
             os.environ.setdefault(key, value)  # local workers inherit the driver's environment
@@ -153,26 +268,46 @@ def start_ray(
                 "env_vars": env,
                 "py_modules": [str(Path(course_utils.__file__).parent)],
             }
-            ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, **init_kwargs)
+            context = _connect(os.environ["RAY_ADDRESS"], runtime_env, init_kwargs)
         else:
             # Local workers (and those of nodes this kernel starts) inherit the environment, so the
             # hook travels there, in the variable Ray's runtime_env would set, and the job has no
             # runtime_env: with one, the raylet starts every worker through setup_worker.py, a
             # second Python start-up per worker (batch inference started 1.3 s later, every fit later).
-            from ray._private.ray_constants import WORKER_PROCESS_SETUP_HOOK_ENV_VAR
-
-            os.environ.setdefault(WORKER_PROCESS_SETUP_HOOK_ENV_VAR, logs.WORKER_SETUP_HOOK)
+            os.environ.setdefault(rayinternals.worker_setup_hook_env_var(), logs.WORKER_SETUP_HOOK)
             cpus = num_cpus or max(os.cpu_count() or 1, LOCAL_MIN_CPUS)
             init_kwargs.setdefault("dashboard_host", "127.0.0.1")
             # "local": always a new Ray of our own. Without it ray.init() joins whatever cluster
             # `ray start` last recorded in /tmp/ray/ray_current_cluster (another notebook's or
             # test's), then fails with "num_cpus ... must not be provided".
             init_kwargs.setdefault("address", "local")
-            ray.init(num_cpus=cpus, **init_kwargs)
+            context = ray.init(num_cpus=cpus, **init_kwargs)
+        _ray_context = (ray.get_runtime_context().gcs_address, context)
     session = _session(connected)
     if verbose:
         print(session.describe())
     return session
+
+
+def _connect(address: str, runtime_env: dict[str, Any], init_kwargs: dict[str, Any]) -> Any:
+    """``ray.init`` on the cluster at ``address``; a cluster that refuses us for want of a token
+    fails with what to set, in the course's words (Ray's own message is kept below it)."""
+    import ray
+
+    try:
+        return ray.init(address=address, runtime_env=runtime_env, **init_kwargs)
+    except ConnectionError as err:
+        if not isinstance(err.__cause__, ray.exceptions.AuthenticationError):
+            raise
+        token, where = auth_token()
+        found = f"the token from {where}" if token else f"no token ({TOKEN_ENV} unset, {where} missing)"
+        raise ConnectionError(
+            f"The Ray cluster at {address} uses token authentication and refused this driver "
+            f"({AUTH_MODE_ENV}={os.environ.get(AUTH_MODE_ENV, '<unset>')}, {found}). A driver joining it needs "
+            f"`export {AUTH_MODE_ENV}=token` and the cluster's token: {TOKEN_ENV}=<token>, or the file named by "
+            f"{TOKEN_PATH_ENV}, or {default_token_path()}. The host prints it with `ray get-auth-token` on the "
+            "head node."
+        ) from err
 
 
 def worker_count_bounds(num_workers: int | tuple[int, int]) -> tuple[int, int]:

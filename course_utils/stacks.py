@@ -5,7 +5,8 @@ Ray: their rank, pid and node from Ray Train's run state (``course_utils.runstat
 ``RayTrainWorker`` actors of the state API. Each stack comes from py-spy (``py-spy dump``), run
 here for a worker on this machine; for a worker on another node it comes through the dashboard's
 ``/worker/traceback`` endpoint, which runs py-spy on that node (it answers 403 unless the head was
-started with ``RAY_DASHBOARD_ENABLE_PROFILING=1``, and needs py-spy on the node).
+started with ``RAY_DASHBOARD_ENABLE_PROFILING=1``, and needs py-spy on the node; the request carries
+the cluster's auth token, ``session.open_dashboard``).
 
 ``learner_frames`` keeps the frames between Ray's call into the training function and the
 first library frame below it: where *your* code is, and the line it is waiting on.
@@ -23,21 +24,21 @@ import sys
 import sysconfig
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Ray Train V2 calls the training function from this wrapper (ray/train/v2/_internal/util.py):
-# the frame just inside it is the learner's function.
-TRAIN_FN_ENTRY = "construct_train_func.<locals>.train_fn"
-WORKER_CLASS = "RayTrainWorker"
-SYNC_ACTOR_CLASS = "SynchronizationActor"
-# Ray Train's own warning while a rank is missing from a report barrier (sync_actor.py).
-BARRIER_WARNING = "has not been called by all"
+from course_utils import rayinternals
+
+# Ray Train V2 calls the training function from a wrapper whose frame this is: the frame just
+# inside it is the learner's function.
+TRAIN_FN_ENTRY = rayinternals.TRAIN_FN_ENTRY
+WORKER_CLASS = "RayTrainWorker"  # the class `ray list actors` shows for a Train worker
+SYNC_ACTOR_CLASS = rayinternals.TRAIN_SYNC_ACTOR_CLASS
+# Ray Train's own warning while a rank is missing from a report barrier.
+BARRIER_WARNING = rayinternals.TRAIN_BARRIER_WARNING
 
 
 class StackUnavailable(RuntimeError):
@@ -211,16 +212,18 @@ def dump_local(pid: int, timeout_s: float = 20.0) -> dict[str, list[Frame]]:
 def dump_via_dashboard(
     pid: int, node_id: str, dashboard_url: str, timeout_s: float = 30.0
 ) -> dict[str, list[Frame]]:
-    """The dashboard's ``/worker/traceback`` (py-spy on the worker's node), as threads of frames."""
+    """The dashboard's ``/worker/traceback`` (py-spy on the worker's node), as threads of frames.
+
+    A refused token raises ``session.DashboardAuthError``; any other HTTP error ``StackUnavailable``.
+    """
+    from course_utils.session import DashboardHTTPError, open_dashboard
+
     query = urllib.parse.urlencode({"pid": pid, "node_id": node_id})
     url = f"{dashboard_url.rstrip('/')}/worker/traceback?{query}"
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
-            return parse_py_spy_text(response.read().decode())
-    except urllib.error.HTTPError as err:
-        raise StackUnavailable(
-            f"{url} answered {err.code}: {err.read().decode(errors='replace')[:300]}"
-        ) from err
+        return parse_py_spy_text(open_dashboard(url, timeout_s=timeout_s).decode())
+    except DashboardHTTPError as err:
+        raise StackUnavailable(str(err)) from err
 
 
 def _on_this_machine(pid: int, node_id: str | None, node_ip: str | None) -> bool:
@@ -403,10 +406,10 @@ class HangWatch:
         return self
 
 
-# Ray Data's coordinator of a streaming_split, and its warning when a reader waits for the others
-# (ray/data/_internal/iterator/stream_split_iterator.py: after BLOCKED_CLIENT_WARN_TIMEOUT, 30 s).
-SPLIT_COORDINATOR_CLASS = "SplitCoordinator"
-SPLIT_WARNING = "blocked waiting on other clients"
+# Ray Data's coordinator of a streaming_split, and its warning when a reader has waited 30 s for the
+# others (its barrier state is private: see course_utils.rayinternals).
+SPLIT_COORDINATOR_CLASS = rayinternals.SPLIT_COORDINATOR_CLASS
+SPLIT_WARNING = rayinternals.SPLIT_WARNING
 
 
 class SplitHangError(RuntimeError):

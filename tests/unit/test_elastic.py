@@ -151,12 +151,3 @@ def test_a_failing_then_is_kept_for_the_caller(monkeypatch, capsys):
             break
         time.sleep(0.01)
     assert isinstance(node.error, RuntimeError) and "no coordinator" in capsys.readouterr().out
-
-
-def test_the_refresh_period_the_lesson_names_is_rays():
-    """Section 08 and refresh_autoscaling_coordinator say the coordinator re-reads the nodes every 20 s."""
-    from ray.data._internal.cluster_autoscaler import default_autoscaling_coordinator as coordinator
-
-    actor = coordinator._AutoscalingCoordinatorActor
-    assert actor.TICK_INTERVAL_S == cluster.COORDINATOR_REFRESH_S
-    assert callable(actor._tick), "the refresh refresh_autoscaling_coordinator runs"

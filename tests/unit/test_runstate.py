@@ -88,8 +88,8 @@ def test_fetch_reads_the_endpoint(monkeypatch):
         def __exit__(self, *exc):
             return False
 
-    def answer(url, timeout):
-        seen.append(url)
+    def answer(request, timeout):
+        seen.append(request.full_url)
         return Answer(json.dumps(RESPONSE).encode())
 
     monkeypatch.setattr(runstate.urllib.request, "urlopen", answer)

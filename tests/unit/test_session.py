@@ -65,9 +65,155 @@ def test_state_queries_need_ray():
 
 def test_state_api_without_dashboard_is_a_clear_error(monkeypatch):
     import ray
-    import ray._private.worker as ray_worker
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
-    monkeypatch.setattr(ray_worker, "get_dashboard_url", lambda: "")
+    monkeypatch.setattr(session, "dashboard_url", lambda: None)
     with pytest.raises(session.StateApiUnavailable, match="dashboard"):
         session.train_actors()
+
+
+class _Context:
+    """What ray.init returns, as far as dashboard_url reads it."""
+
+    def __init__(self, dashboard_url):
+        self.dashboard_url = dashboard_url
+
+
+class _Runtime:
+    gcs_address = "127.0.0.1:6379"
+
+
+def test_dashboard_url_comes_from_what_ray_init_returned(monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: _Runtime())
+    monkeypatch.setattr(session, "_ray_context", ("127.0.0.1:6379", _Context("127.0.0.1:8265")))
+    assert session.dashboard_url() == "http://127.0.0.1:8265"
+    monkeypatch.setattr(session, "_ray_context", ("127.0.0.1:6379", _Context("")))
+    assert session.dashboard_url() is None, "ray.init's context without a dashboard (no ray[default])"
+    monkeypatch.setattr(session, "_ray_context", ("10.0.0.1:6379", _Context("10.0.0.1:8265")))
+    assert session.dashboard_url() is None, "a context from an earlier Ray in this process is not this one's"
+
+
+# --- Token authentication (Ray 2.59+): the header for the dashboard's HTTP API ------------------
+
+
+@pytest.fixture
+def token_sources(tmp_path, monkeypatch):
+    """No token anywhere (a fresh HOME), token auth on as a local ray.init() sets it."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    return tmp_path
+
+
+def _bearer() -> str | None:
+    return session.auth_headers().get("Authorization")
+
+
+def test_the_token_comes_from_rays_three_places_in_rays_order(token_sources, monkeypatch):
+    default = token_sources / "home" / ".ray" / "auth_token"
+    assert session.auth_token() == (None, str(default)) and _bearer() is None
+    default.parent.mkdir(parents=True)
+    default.write_text("from-the-default-file\n")  # written by hand, with a newline
+    assert _bearer() == "Bearer from-the-default-file"
+    named = token_sources / "cluster-token"
+    named.write_text("from-the-named-file")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(named))
+    assert _bearer() == "Bearer from-the-named-file", "RAY_AUTH_TOKEN_PATH before ~/.ray/auth_token"
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "from-the-variable")
+    assert _bearer() == "Bearer from-the-variable", "RAY_AUTH_TOKEN before both files"
+    assert session.auth_token() == ("from-the-variable", "RAY_AUTH_TOKEN")
+
+
+def test_a_named_token_file_that_is_missing_is_not_replaced_by_the_default(token_sources, monkeypatch):
+    default = token_sources / "home" / ".ray" / "auth_token"
+    default.parent.mkdir(parents=True)
+    default.write_text("the-default")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token_sources / "missing"))
+    assert session.auth_token() == (None, f"RAY_AUTH_TOKEN_PATH={token_sources / 'missing'}"), (
+        "as Ray: no fallback"
+    )
+
+
+def test_no_token_is_sent_where_this_process_does_not_use_token_auth(token_sources, monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    assert session.auth_headers() == {}, "a cluster without token auth never receives the token"
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert session.auth_headers() == {}
+
+
+class _Answer:
+    def __init__(self, body: bytes):
+        self.body = body
+
+    def read(self):
+        return self.body
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_open_dashboard_sends_the_bearer_header(token_sources, monkeypatch):
+    import urllib.request
+
+    seen = []
+
+    def answer(request, timeout):
+        seen.append((request.full_url, request.get_header("Authorization")))
+        return _Answer(b"{}")
+
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "abc")
+    monkeypatch.setattr(urllib.request, "urlopen", answer)
+    assert session.open_dashboard("http://127.0.0.1:8265/api/version") == b"{}"
+    assert seen == [("http://127.0.0.1:8265/api/version", "Bearer abc")]
+
+
+@pytest.mark.parametrize(
+    ("code", "body", "says"),
+    [
+        (401, "Unauthorized: Missing authentication token", "found no token"),
+        (403, "Forbidden: Invalid authentication token", "which the cluster does not accept"),
+    ],
+)
+def test_a_refused_token_says_where_the_course_looked_and_how_to_get_it(
+    token_sources, monkeypatch, code, body, says
+):
+    import io
+    import urllib.error
+    import urllib.request
+
+    def refuse(request, timeout):
+        raise urllib.error.HTTPError(request.full_url, code, "refused", {}, io.BytesIO(body.encode()))
+
+    if code == 403:
+        monkeypatch.setenv("RAY_AUTH_TOKEN", "not-the-clusters")
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    with pytest.raises(session.DashboardAuthError) as err:
+        session.open_dashboard("http://127.0.0.1:8265/api/train/v2/runs/v1")
+    message = str(err.value)
+    assert f"answered {code}" in message and says in message
+    assert "RAY_AUTH_TOKEN" in message and "RAY_AUTH_TOKEN_PATH" in message and ".ray/auth_token" in message
+    assert "ray get-auth-token" in message
+
+
+def test_a_403_about_something_else_is_not_an_auth_error(token_sources, monkeypatch):
+    import io
+    import urllib.error
+    import urllib.request
+
+    text = "You can change this by setting RAY_DASHBOARD_ENABLE_PROFILING=1 on the Ray head node."
+
+    def refuse(request, timeout):
+        raise urllib.error.HTTPError(request.full_url, 403, "Forbidden", {}, io.BytesIO(text.encode()))
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    with pytest.raises(session.DashboardHTTPError) as err:
+        session.open_dashboard("http://127.0.0.1:8265/worker/traceback?pid=1")
+    assert err.value.code == 403 and "RAY_DASHBOARD_ENABLE_PROFILING=1" in str(err.value)

@@ -1,0 +1,168 @@
+"""Each Ray internal the course relies on (course_utils/rayinternals.py) is still where the course
+expects it, and no other course module uses a private Ray name.
+
+A failure here names the internal that moved: fix it in course_utils/rayinternals.py (and the Ray
+versions in its docstring), not in the module that uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from course_utils import rayinternals
+
+ROOT = Path(__file__).resolve().parents[2]
+PRIVATE = re.compile(r"ray\._private|_internal")
+SEE = "see course_utils/rayinternals.py"
+
+
+def _module(name: str):
+    assert importlib.util.find_spec(name) is not None, f"Ray module {name} moved in Ray {_version()}: {SEE}"
+    return importlib.import_module(name)
+
+
+def _version() -> str:
+    import ray
+
+    return ray.__version__
+
+
+def _source(name: str) -> str:
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.origin, f"Ray module {name} moved in Ray {_version()}: {SEE}"
+    return Path(spec.origin).read_text()
+
+
+def test_only_rayinternals_names_private_ray_modules():
+    """`grep -rnE "ray\\._private|_internal" course_utils` finds rayinternals.py alone."""
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "course_utils").rglob("*.py"))
+        if path.name != "rayinternals.py"
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if PRIVATE.search(line)
+    ]
+    assert not found, (
+        "private Ray names outside course_utils/rayinternals.py (move them there):\n" + "\n".join(found)
+    )
+
+
+def test_the_token_auth_notice_comes_from_the_logger_the_course_quiets(monkeypatch):
+    module = _module(rayinternals.TOKEN_AUTH_SETUP_LOGGER)
+    assert module.logger.name == rayinternals.TOKEN_AUTH_SETUP_LOGGER, (
+        f"Ray's token-auth set-up logs on {module.logger.name!r} in Ray {_version()}: {SEE}"
+    )
+    assert "Token authentication is enabled for this Ray cluster" in inspect.getsource(module), (
+        f"Ray {_version()} reworded or moved its token-auth notice: {SEE}"
+    )
+    logger = logging.getLogger(rayinternals.TOKEN_AUTH_SETUP_LOGGER)
+    monkeypatch.setattr(logger, "level", logger.level)  # restored after the test
+    rayinternals.quiet_token_auth_notice()
+    assert not logger.isEnabledFor(logging.WARNING) and logger.isEnabledFor(logging.ERROR)
+
+
+def test_workers_read_the_setup_hook_from_the_variable_the_course_sets():
+    name = rayinternals.worker_setup_hook_env_var()
+    assert name == "__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR", f"Ray {_version()} renamed it: {SEE}"
+    worker = _source("ray._private.workers.default_worker")
+    assert "os.getenv(\n        ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR" in worker, (
+        f"default_worker.py no longer reads WORKER_PROCESS_SETUP_HOOK_ENV_VAR from its environment in Ray {_version()}: {SEE}"
+    )
+
+
+@pytest.mark.parametrize("name", rayinternals.TRAIN_PATH_NAMED_LOGGERS)
+def test_the_train_loggers_named_by_their_file_still_are(name):
+    module = _module(name)
+    assert module.logger.name == module.__file__, (
+        f"{name}'s logger is {module.logger.name!r} in Ray {_version()}, no longer its file: "
+        f"course_utils.logs need not re-route it any more; {SEE}"
+    )
+
+
+def test_the_placement_group_cleaner_logger_and_thread():
+    module = _module(rayinternals.TRAIN_CLEANER_LOGGER)
+    assert module.logger.name == rayinternals.TRAIN_CLEANER_LOGGER, f"moved in Ray {_version()}: {SEE}"
+    assert f'name="{rayinternals.TRAIN_CLEANER_THREAD}"' in inspect.getsource(module), (
+        f"Ray Train's {rayinternals.TRAIN_CLEANER_THREAD} thread was renamed in Ray {_version()}: {SEE}"
+    )
+
+
+@pytest.mark.parametrize(("name", "starts"), rayinternals.TRAIN_HELPER_MESSAGES.items())
+def test_the_helper_messages_filed_as_info(name, starts):
+    module = _module(name)
+    assert module.logger.name == name, f"{name}'s logger moved in Ray {_version()}: {SEE}"
+    for start in starts:
+        assert start in inspect.getsource(module), f"{start!r} reworded in Ray {_version()}: {SEE}"
+
+
+def test_the_wrapper_frame_that_calls_the_training_function():
+    util = _module("ray.train.v2._internal.util")
+    assert hasattr(util, "construct_train_func"), (
+        f"ray.train.v2 construct_train_func moved in Ray {_version()}: {SEE}"
+    )
+    wrapped = util.construct_train_func(lambda config: None, {}, contextlib.nullcontext)
+    assert wrapped.__code__.co_qualname == rayinternals.TRAIN_FN_ENTRY, (
+        f"Ray Train's wrapper frame is {wrapped.__code__.co_qualname!r} in Ray {_version()}: {SEE}"
+    )
+
+
+def test_the_report_barrier_actor_and_its_warning():
+    name = "ray.train.v2._internal.execution.checkpoint.sync_actor"
+    module = _module(name)
+    assert hasattr(module, rayinternals.TRAIN_SYNC_ACTOR_CLASS), f"{name} moved in Ray {_version()}: {SEE}"
+    assert rayinternals.TRAIN_BARRIER_WARNING in inspect.getsource(module), (
+        f"Ray Train's barrier warning was reworded in Ray {_version()}: {SEE}"
+    )
+
+
+def test_the_elastic_policys_decision_lines():
+    source = _source("ray.train.v2._internal.execution.scaling_policy.elastic")
+    for phrase in (
+        rayinternals.ELASTIC_START_DECISION,
+        rayinternals.ELASTIC_RESIZE_DECISION,
+        "resources for {num_workers} workers",
+        "-> {num_workers} workers",
+    ):
+        assert phrase in source, (
+            f"the elastic policy's line {phrase!r} was reworded in Ray {_version()}: {SEE}"
+        )
+
+
+def test_the_split_coordinator_and_its_warning():
+    name = "ray.data._internal.iterator.stream_split_iterator"
+    module = _module(name)
+    assert hasattr(module, rayinternals.SPLIT_COORDINATOR_CLASS), (
+        f"{name} SplitCoordinator moved in Ray {_version()}: {SEE}"
+    )
+    assert rayinternals.SPLIT_WARNING in inspect.getsource(module), (
+        f"Ray Data's split warning was reworded in Ray {_version()}: {SEE}"
+    )
+    assert module.BLOCKED_CLIENT_WARN_TIMEOUT == 30, "the lesson and README say 30 s"
+
+
+def test_the_autoscaling_coordinator_the_elastic_demo_refreshes():
+    name = "ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator"
+    module = _module(name)
+    actor = getattr(module, "_AutoscalingCoordinatorActor", None)
+    assert actor is not None, f"{name}._AutoscalingCoordinatorActor moved in Ray {_version()}: {SEE}"
+    assert callable(getattr(actor, "_tick", None)), (
+        f"ray.data AutoscalingCoordinator._tick moved in Ray {_version()}: {SEE}"
+    )
+    assert actor.TICK_INTERVAL_S == rayinternals.AUTOSCALING_COORDINATOR_REFRESH_S, (
+        f"the coordinator refreshes every {actor.TICK_INTERVAL_S} s in Ray {_version()}: {SEE}"
+    )
+    create = inspect.getsource(module.get_or_create_autoscaling_coordinator)
+    assert f'name="{rayinternals.AUTOSCALING_COORDINATOR_NAME}"' in create, (
+        f"renamed in Ray {_version()}: {SEE}"
+    )
+    assert f'namespace="{rayinternals.AUTOSCALING_COORDINATOR_NAMESPACE}"' in create, (
+        f"moved in Ray {_version()}: {SEE}"
+    )
