@@ -49,10 +49,42 @@ PARQUET_OPTIONS = {"compression": "none", "use_dictionary": False, "write_statis
 # layout, bench ingest measured vectorised 225-248 k rows/s, 12.9-13.9x the per-row PIL map.
 BENCH_FILES = 2
 # ``map_batches(batch_size=None)``: one call per block (a Parquet row group), so Ray Data fuses
-# the transform into the read task (ReadFiles->MapBatches) and the raw bytes never take an extra
+# the transform into the read task (ReadParquet->MapBatches) and the raw bytes never take an extra
 # hop through the object store. Measured here on 60,000 rows (old layout): ≈ 196 k rows/s vs
-# ≈ 135 k rows/s with batch_size=4096, which splits the pipeline into two operators.
+# ≈ 135 k rows/s with batch_size=4096, which splits the pipeline into two operators. The fusion
+# also needs one block per file (``read_blocks``): when Ray Data splits a file's output further,
+# it keeps the read and the transform apart (Ray 2.58 and 2.60 alike).
 TRANSFORM_BATCH = None
+
+
+def configure_data_context(ctx: Any = None) -> Any:
+    """Ray Data settings for the course (lesson 03 sets the same two on screen): no progress bars
+    (a notebook's stdout is no terminal, so every pipeline would log its bar line by line) and
+    the Parquet reader Ray had before 2.60.
+
+    Why the older reader: Ray 2.60 made the DataSourceV2 reader the default for ``read_parquet``;
+    it lists files in a ``ListFiles`` task that starts a pool of footer-reading actors (32 unless
+    ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS`` says otherwise) for every read and kills them after. Made
+    for many files in cloud storage; for a few local files those process starts are most of a
+    read's time (README, "Benchmarks": measured side by side with 2.58). ``use_datasource_v2`` is
+    ``DataContext``'s documented switch (also ``RAY_DATA_USE_DATASOURCE_V2=0``). Returns the context.
+    """
+    import ray.data
+
+    ctx = ctx or ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.use_datasource_v2 = False
+    return ctx
+
+
+def read_blocks(path: str | Path) -> int:
+    """``override_num_blocks`` for ``read_parquet`` over course Parquet: one block per file.
+
+    The course writes few, large files; one block per file keeps each file in one read task, so a
+    ``map_batches(batch_size=None)`` runs inside that task (fused) instead of after an extra hop.
+    Without it Ray Data splits each file into more blocks than there are files and does not fuse.
+    """
+    return max(1, len(parquet_files(path)))
 
 
 class DatasetColumnsError(ValueError):
@@ -201,7 +233,9 @@ def read_digits(path: str | Path, *, shuffle_files: bool = False):
         )
     # The schema from the Parquet footers (no Ray task, no data read): a wrong file fails now.
     check_columns(pq.ParquetDataset(root, filesystem=fs).schema, what=f"Parquet data at {path}")
-    return ray.data.read_parquet(root, filesystem=fs, shuffle="files" if shuffle_files else None)
+    return ray.data.read_parquet(
+        root, filesystem=fs, shuffle="files" if shuffle_files else None, override_num_blocks=read_blocks(path)
+    )
 
 
 def normalise_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -340,6 +374,19 @@ def consume(ds) -> int:
 def consume_loader(loader: torch.utils.data.DataLoader) -> int:
     """Pull every batch of a DataLoader; returns the row count."""
     return sum(len(labels) for _, labels in loader)
+
+
+def shuffle_pipelines(ds: Any, batch_size: int = 64, buffer_rows: int = 1000) -> dict[str, Any]:
+    """The three shuffle levels lesson 03 compares, each a function that iterates ``ds`` afresh in
+    torch batches (for ``measure_ingest``): none, a local buffer on the reader, and a full
+    ``random_shuffle()`` (an all-to-all through the object store). ``bench ingest`` times the same."""
+    return {
+        "no shuffle": lambda: ds.iter_torch_batches(batch_size=batch_size),
+        f"local buffer {buffer_rows:,}": lambda: ds.iter_torch_batches(
+            batch_size=batch_size, local_shuffle_buffer_size=buffer_rows
+        ),
+        "random_shuffle()": lambda: ds.random_shuffle().iter_torch_batches(batch_size=batch_size),
+    }
 
 
 def measure_ingest(pipelines: dict[str, Any], rounds: int = 3, progress: bool = True):

@@ -1,8 +1,10 @@
 """``python -m course_utils.bench ingest``: rows/s of the ingest paths lesson 03 compares, on
 full-MNIST-sized replicated digits: per-row PIL ``map``, vectorised ``map_batches``, the bare
-read, and a plain torch ``DataLoader`` over ``DigitsDataset``. Timing is ``raydata.measure_ingest``
+read, and a plain torch ``DataLoader`` over ``DigitsDataset``; then lesson 03's shuffle table
+(``raydata.shuffle_pipelines`` over the vectorised pipeline). Timing is ``raydata.measure_ingest``
 (the lesson's own); the Parquet layout is ``raydata.write_parquet``'s (the lesson's too): one
-fixed-size 784-byte value per digit, uncompressed, in ``raydata.BENCH_FILES`` large files."""
+fixed-size 784-byte value per digit, uncompressed, in ``raydata.BENCH_FILES`` large files. Ray Data
+is set up as the lesson sets it (``raydata.configure_data_context``)."""
 
 from __future__ import annotations
 
@@ -52,12 +54,20 @@ def ingest_pipelines(path: str | Path, loader_rows: tuple[np.ndarray, np.ndarray
     return pipelines
 
 
+def bench_name(label: str) -> str:
+    """``"local buffer 1,000"`` -> ``"local_buffer_1000"``: a table label as a ``name: value`` key."""
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "_", label.lower().replace(",", "")).strip("_")
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Rows/s of the three ingest paths on replicated
     digits (full-MNIST size by default), side by side, ending with the vectorised/per-row ratio."""
     parser = argparse.ArgumentParser(prog="python -m course_utils.bench ingest", description=main.__doc__)
     parser.add_argument("--rows", type=int, default=60_000, help="rows to measure (digits replicated)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per pipeline (best of)")
+    parser.add_argument("--shuffle-rounds", type=int, default=2, help="timed rounds per shuffle level")
     parser.add_argument(
         "--files",
         type=int,
@@ -73,13 +83,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     labels = np.tile(labels, replicate)[: args.rows]
     started_here = not ray.is_initialized()
     session.start_ray(verbose=False, include_dashboard=False)  # a bench needs no dashboard: ≈ 15 s less
-    ray.data.DataContext.get_current().enable_progress_bars = False
+    raydata.configure_data_context()
     # In the course storage, not /tmp: on a cluster every node must read the files.
     path = raydata.default_parquet_path("ingest-bench", args.rows)
     try:
         raydata.write_parquet(images, labels, path, num_files=args.files)
-        table = raydata.measure_ingest(
-            ingest_pipelines(path, (images, labels)), rounds=args.rounds, progress=False
+        pipelines = ingest_pipelines(path, (images, labels))
+        table = raydata.measure_ingest(pipelines, rounds=args.rounds, progress=False)
+        shuffles = raydata.measure_ingest(
+            raydata.shuffle_pipelines(pipelines["vectorised_map_batches"]),
+            rounds=args.shuffle_rounds,
+            progress=False,
         )
     finally:
         fs, root = raydata.location(path)
@@ -87,9 +101,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             fs.delete_dir(root)
         if started_here:
             ray.shutdown()
+    print(f"ray_version: {ray.__version__}")
     out: dict[str, float] = {"rows": args.rows, "rounds": args.rounds, "parquet_files": args.files}
     for row in table.itertuples():
         out[f"{row.pipeline}_rows_per_s"] = row.rows_per_s
+    for row in table.itertuples():
+        out[f"{row.pipeline}_best_s"] = row.best_s
+    for row in shuffles.itertuples():
+        out[f"shuffle_{bench_name(row.pipeline)}_best_s"] = row.best_s
     out["vectorised_over_per_row"] = (
         out["vectorised_map_batches_rows_per_s"] / out["per_row_map_pil_rows_per_s"]
     )

@@ -299,3 +299,36 @@ def test_parquet_paths_under_s3_storage_use_the_course_filesystem(monkeypatch):
     fs, inner = raydata.location(raydata.default_parquet_path("train", 10))
     assert isinstance(fs, pafs.S3FileSystem)
     assert inner == f"bucket/prefix/{config.learner_folder()}/datasets/mnist-train-10.parquet"
+
+
+def test_read_blocks_is_one_block_per_parquet_file(tmp_path, digits):
+    images, labels = digits
+    path = raydata.write_parquet(images, labels, tmp_path / "digits.parquet", num_files=3)
+    assert raydata.read_blocks(path) == 3
+
+
+def test_configure_data_context_uses_the_pre_260_parquet_reader_quietly():
+    import ray.data
+
+    ctx = ray.data.DataContext()
+    # The switch is DataContext's documented field (Ray 2.58 and 2.60): if a Ray release drops it,
+    # setting it would do nothing and lesson 03's reads would pay for footer-reading actors again.
+    assert "use_datasource_v2" in {f.name for f in __import__("dataclasses").fields(ray.data.DataContext)}, (
+        "ray.data.DataContext.use_datasource_v2 is gone: see raydata.configure_data_context and lesson 03 section 01"
+    )
+    assert ctx.use_datasource_v2 is True  # Ray 2.60's default, which the course switches off
+    assert raydata.configure_data_context(ctx) is ctx
+    assert ctx.use_datasource_v2 is False and ctx.enable_progress_bars is False
+
+
+def test_shuffle_pipelines_are_the_three_levels_in_order():
+    class Fake:
+        def iter_torch_batches(self, **kwargs):
+            return [kwargs]
+
+        def random_shuffle(self):
+            return self
+
+    levels = raydata.shuffle_pipelines(Fake(), batch_size=64, buffer_rows=1000)
+    assert list(levels) == ["no shuffle", "local buffer 1,000", "random_shuffle()"]
+    assert levels["local buffer 1,000"]() == [{"batch_size": 64, "local_shuffle_buffer_size": 1000}]
