@@ -297,7 +297,7 @@ def _connect(address: str, runtime_env: dict[str, Any], init_kwargs: dict[str, A
     try:
         return ray.init(address=address, runtime_env=runtime_env, **init_kwargs)
     except ConnectionError as err:
-        if not isinstance(err.__cause__, ray.exceptions.AuthenticationError):
+        if not _refused_for_token(err):
             raise
         token, where = auth_token()
         found = f"the token from {where}" if token else f"no token ({TOKEN_ENV} unset, {where} missing)"
@@ -308,6 +308,23 @@ def _connect(address: str, runtime_env: dict[str, Any], init_kwargs: dict[str, A
             f"{TOKEN_PATH_ENV}, or {default_token_path()}. The host prints it with `ray get-auth-token` on the "
             "head node."
         ) from err
+
+
+def _refused_for_token(error: BaseException) -> bool:
+    """True when a failed ``ray.init`` was the cluster refusing this driver's token (or its absence).
+
+    Ray 2.60 wraps it: ConnectionError from a RuntimeError ("Failed to connect to GCS") whose message
+    carries the ``AuthenticationError`` traceback ("RPC error: InvalidAuthToken") as text.
+    """
+    import ray
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, ray.exceptions.AuthenticationError) or "InvalidAuthToken" in str(error):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def worker_count_bounds(num_workers: int | tuple[int, int]) -> tuple[int, int]:

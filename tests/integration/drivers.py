@@ -24,7 +24,7 @@ def run_driver(
         cwd=REPO_ROOT,
         env={
             **os.environ,
-            "RAY_ADDRESS": cluster.address,
+            **cluster.driver_env(),  # RAY_ADDRESS, and token auth on as the cluster's nodes have it
             "COURSE_STORAGE": str(storage),
             "COURSE_DATA": str(data),
             "COURSE_LEARNER": "tester",

@@ -3,11 +3,15 @@ resources (both on this machine, own ports and temp dir), joined through RAY_ADD
 separate driver process, with one training worker on each node and storage both can see."""
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
 from course_utils.cluster import LocalCluster, NodeSpec, node_ip
+from course_utils.config import REPO_ROOT
 from tests.integration.drivers import run_driver
 from tests.notebook_runs import CLUSTER
 
@@ -28,10 +32,25 @@ DRIVER = textwrap.dedent(
     ).fit()
     print("RESULT " + json.dumps({
         "connected": info.connected_to_existing,
+        "token_auth": session.token_auth_on(),
         "nodes": {n["NodeID"]: n["Resources"] for n in nodes},
         "history": metric_history(result).to_dict("list"),
         "checkpoint": result.checkpoint.path,
     }))
+    """
+)
+
+
+# A driver that joins without RAY_AUTH_MODE=token: Ray 2.60 never turns token auth on for an explicit
+# address, so a cluster that uses it refuses the driver; start_ray says what to set.
+WITHOUT_TOKEN_AUTH = textwrap.dedent(
+    """
+    from course_utils import session
+    try:
+        session.start_ray(verbose=False)
+        print("JOINED")
+    except ConnectionError as err:
+        print("REFUSED " + str(err).replace(chr(10), " "))
     """
 )
 
@@ -48,9 +67,21 @@ def test_train_on_two_nodes_through_ray_address(tmp_path, mnist_root):
             timeout_s=900,
             COURSE_PROFILE="smoke",
         )
+        env = {**os.environ, **cluster.driver_env(), "COURSE_STORAGE": str(storage)}
+        env.pop("RAY_AUTH_MODE")
+        refused = subprocess.run(
+            [sys.executable, "-c", WITHOUT_TOKEN_AUTH],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        ).stdout
     ranks = {r["rank"]: r for r in (json.loads(p.read_text()) for p in node_log.glob("rank*.json"))}
 
     assert out["connected"], "start_ray() joined the existing cluster named by RAY_ADDRESS"
+    assert out["token_auth"], "the driver joined with token auth on (cluster.driver_env)"
+    assert "REFUSED The Ray cluster at" in refused and "export RAY_AUTH_MODE=token" in refused, refused
     assert len(out["nodes"]) == 2
     assert sorted(ranks) == [0, 1]
     assert ranks[0]["node_id"] != ranks[1]["node_id"], "one training worker on each node"

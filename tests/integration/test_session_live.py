@@ -29,3 +29,34 @@ def test_local_workers_run_the_setup_hook_without_a_runtime_env(ray_session):
     # What course_utils.logs.setup_worker does first: the worker names its own cluster.
     assert seen["ray_address"] == ray.get_runtime_context().gcs_address, seen
     assert seen["excepthook_replaced"], seen
+
+
+def test_the_dashboard_refuses_a_bare_request_and_takes_the_courses(ray_session, monkeypatch):
+    """Ray 2.59+ turns token auth on for a local ray.init(): the dashboard's HTTP API answers 401 to a
+    request without the token, and the course's request (Authorization: Bearer <token>) gets through."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    import ray
+
+    from course_utils import metrics, session
+
+    if ray_session.dashboard_url is None:
+        pytest.skip("no dashboard (ray[default] missing)")
+    url = f"{ray_session.dashboard_url}/api/version"
+    with pytest.raises(urllib.error.HTTPError) as bare:
+        urllib.request.urlopen(url, timeout=20)
+    refused = bare.value.code, bare.value.read().decode()
+    answer = json.loads(session.open_dashboard(url))
+    # Prometheus endpoints are a plain HTTP server of each node's agent, outside the dashboard's
+    # token check: the course's metrics sampler reads them without a token (fetch raises on a 401).
+    metrics.fetch(metrics.endpoints()[0])
+
+    assert refused == (401, "Unauthorized: Missing authentication token"), refused
+    assert answer["ray_version"] == ray.__version__
+
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "not-this-clusters-token")
+    with pytest.raises(session.DashboardAuthError) as wrong:
+        session.open_dashboard(url)
+    assert "answered 403" in str(wrong.value) and "ray get-auth-token" in str(wrong.value)

@@ -84,7 +84,9 @@ def workshop(s3_env, s3_admin, tmp_path_factory):
     }
     cluster = LocalCluster(head=NodeSpec(num_cpus=4), nodes=[], dashboard=True).start()
     patch = pytest.MonkeyPatch()
-    for key, value in {**env, "RAY_ADDRESS": cluster.address}.items():
+    # RAY_ADDRESS and RAY_AUTH_MODE=token: what the host tells every learner (the token is in this
+    # machine's ~/.ray/auth_token, where the cluster's nodes found it).
+    for key, value in {**env, **cluster.driver_env()}.items():
         patch.setenv(key, value)
     teammate = subprocess.Popen(
         [sys.executable, "-c", TEAMMATE_SESSION],

@@ -217,3 +217,37 @@ def test_a_403_about_something_else_is_not_an_auth_error(token_sources, monkeypa
     with pytest.raises(session.DashboardHTTPError) as err:
         session.open_dashboard("http://127.0.0.1:8265/worker/traceback?pid=1")
     assert err.value.code == 403 and "RAY_DASHBOARD_ENABLE_PROFILING=1" in str(err.value)
+
+
+def test_a_driver_refused_for_want_of_a_token_is_told_what_to_set(token_sources, monkeypatch):
+    """Ray 2.60 wraps the refusal: ConnectionError from a RuntimeError whose text carries the
+    AuthenticationError's traceback (as seen on a LocalCluster, tests/integration/test_cluster.py)."""
+    import ray
+
+    def refuse(**kwargs):
+        try:
+            raise RuntimeError(
+                "Failed to connect to GCS. Last connection error: Traceback (most recent call last):\n"
+                "ray.exceptions.AuthenticationError: RPC error: InvalidAuthToken: Authentication token is missing"
+            )
+        except RuntimeError as inner:
+            raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379") from inner
+
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(ConnectionError) as err:
+        session._connect("10.0.0.1:6379", {}, {})
+    message = str(err.value)
+    assert "uses token authentication" in message and "RAY_AUTH_MODE=<unset>" in message
+    assert "export RAY_AUTH_MODE=token" in message and "ray get-auth-token" in message
+
+
+def test_a_driver_that_cannot_connect_for_another_reason_keeps_rays_error(monkeypatch):
+    import ray
+
+    def down(**kwargs):
+        raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.1:6379")
+
+    monkeypatch.setattr(ray, "init", down)
+    with pytest.raises(ConnectionError, match="^Failed to connect"):
+        session._connect("10.0.0.1:6379", {}, {})
