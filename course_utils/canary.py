@@ -35,6 +35,12 @@ PINNED = Path(__file__).resolve().parent / "bench" / "pinned.json"
 BENCHES = ("train", "ingest", "checkpoint", "validation", "recovery", "inference")
 # They must come from this machine's disk (pip's config caps them there): never relaxed.
 KEEP_PINNED = frozenset({"torch", "torchvision"})
+# Pins held on purpose, for a reason no Ray release changes: relaxed only with --relax-all, and shown
+# in the table either way. Dependabot's weekly pull request still offers the newer version.
+HELD = {
+    "jsonschema": "4.24+ imports rfc3987-syntax, +1.5-2 s in every Ray process (README design notes); "
+    "with it relaxed, test_imports fails",
+}
 TABLE_HEADER = "| step | pinned | canary | result |"
 
 _REQUIREMENT = re.compile(
@@ -279,12 +285,13 @@ def child_env(out_dir: Path, own_storage: bool = True) -> dict[str, str]:
     return env
 
 
-def install(out_dir: Path, report: Report) -> bool:
+def install(out_dir: Path, report: Report, relax_all: bool = False) -> bool:
     """Relaxed requirements, newest of everything (eager upgrade), the course package, the kernel."""
     requirements = (REPO_ROOT / "requirements.txt").read_text()
     relaxed = out_dir / "requirements-canary.txt"
     relaxed.parent.mkdir(parents=True, exist_ok=True)
-    relaxed.write_text(relax_requirements(requirements))
+    held = {} if relax_all else HELD
+    relaxed.write_text(relax_requirements(requirements, KEEP_PINNED | frozenset(held)))
     pip = [
         sys.executable,
         "-m",
@@ -323,6 +330,9 @@ def install(out_dir: Path, report: Report) -> bool:
             f"ray {installed.get('ray', '?')}",
         )
     )
+    for name, why in held.items():
+        version = pins.get(name, "?")
+        report.steps.append(Step(f"held at its pin: {name}", True, why, version, installed.get(name, "?")))
     return True
 
 
@@ -386,6 +396,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--benches", nargs="*", default=list(BENCHES), choices=BENCHES, metavar="NAME")
     parser.add_argument("--no-install", action="store_true", help="use the venv as it is (a re-run)")
     parser.add_argument(
+        "--relax-all",
+        action="store_true",
+        help=f"relax the held pins too ({', '.join(HELD)}): is the reason gone?",
+    )
+    parser.add_argument(
         "--out", type=Path, default=REPO_ROOT / "build" / "canary", help="logs and executed lessons"
     )
     args = parser.parse_args(argv)
@@ -393,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     report = Report()
-    if args.no_install or install(out_dir, report):
+    if args.no_install or install(out_dir, report, args.relax_all):
         unit_tests(out_dir, report)
         lessons(out_dir, args.lessons, report)
         if not args.no_bench:

@@ -29,6 +29,14 @@ def test_relax_turns_pins_into_floors_but_keeps_torch_and_torchvision():
     assert canary.pinned_versions(REQUIREMENTS)["py-spy"] == "0.4.3"
 
 
+def test_held_pins_stay_unless_relaxed_too():
+    relaxed = canary.relax_requirements(REQUIREMENTS, canary.KEEP_PINNED | frozenset(canary.HELD))
+    assert "jsonschema==4.23.0" in relaxed.splitlines() and "ray[default,train,data]>=2.60.0" in relaxed
+    assert set(canary.HELD) <= set(
+        canary.pinned_versions((canary.REPO_ROOT / "requirements.txt").read_text())
+    )
+
+
 def test_relax_on_the_real_requirements_keeps_every_package():
     text = (canary.REPO_ROOT / "requirements.txt").read_text()
     relaxed = canary.relax_requirements(text)
