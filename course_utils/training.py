@@ -137,6 +137,22 @@ def sum_across_workers(values: Sequence[float], device: torch.device) -> list[fl
     return t.tolist()
 
 
+def buffers_from_rank0(model: nn.Module) -> None:
+    """Copy rank 0's buffers (BatchNorm's running mean and variance) to every worker.
+
+    Why: DDP broadcasts rank 0's buffers at the start of each training forward, and then every rank's
+    forward updates its own running statistics from its own batch. After the last step the ranks'
+    BatchNorm statistics differ by that one update, and the checkpoint holds rank 0's. Scoring the test
+    set in shards with each rank's own statistics then disagreed with the saved model by a digit or two
+    in 200 (seen on Ray 2.60 here). One broadcast before evaluating makes every shard score the model
+    that is saved. A no-op outside a distributed run.
+    """
+    if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+        return
+    for buffer in unwrap(model).buffers():
+        torch.distributed.broadcast(buffer, src=0)
+
+
 @dataclass
 class Worker:
     """What ``setup_worker`` prepared on one Ray Train worker: every course loop starts from it."""
@@ -158,6 +174,7 @@ class Worker:
         whole set (``shard_eval=False``) it is ``world`` times as long and nothing more is learned.
         """
         start = time.perf_counter()
+        buffers_from_rank0(self.model)  # every shard scored with the BatchNorm statistics rank 0 saves
         scores = evaluate(unwrap(self.model), self.test_loader, self.device)
         eval_s = time.perf_counter() - start
         scored = len(self.test_loader.dataset)
