@@ -350,6 +350,7 @@ class BatchTiming:
     seconds: float
     startup_seconds: float  # until the first predictions reached the driver (pool started, model loaded)
     steady_rate: float  # images/s after the first predictions
+    started_at: float = 0.0  # time.time() when the pipeline was built: to line up with Ray's task events
 
     @property
     def rate(self) -> float:
@@ -373,7 +374,7 @@ def time_batch_inference(
     and every prediction back on the driver. Four model batches per block: the first predictions
     come early, and the driver's per-block work stays small (one batch per block was slower here)."""
     labels = np.zeros(len(images), dtype=np.int64)
-    start = time.perf_counter()
+    started_at, start = time.time(), time.perf_counter()
     ds = images_dataset(images, labels, blocks=max(pool_size * 4, len(images) // (batch_size * 4)))
     timings: dict[str, float] = {}
     _, predictions = collect_predictions(
@@ -389,7 +390,7 @@ def time_batch_inference(
         )
     startup = timings["first_batch_at"] - start
     steady = (len(images) - timings["first_batch_rows"]) / max(seconds - startup, 1e-9)
-    return BatchTiming(len(images), seconds, startup, steady)
+    return BatchTiming(len(images), seconds, startup, steady, started_at)
 
 
 @dataclass(frozen=True)

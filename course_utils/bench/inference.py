@@ -10,17 +10,21 @@ on the same digits: ``first_pipeline_*`` lines, and its ratio to plain PyTorch."
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import ray
 
 from course_utils import data, session
 from course_utils.inference import (
+    BatchTiming,
     Throughput,
     available_checkpoint,
     measure_throughput,
     time_batch_inference,
+    torchscript_bytes,
     wait_until_quiet,
 )
 
@@ -77,5 +81,34 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
     print(f"batch_size: {args.batch_size}")
     print("\n".join(first.lines("first_pipeline")))
     print(f"first_pipeline_vs_plain_torch_ratio: {first.rate / result.plain_rate:.2f}")
+    print("\n".join(startup_parts(checkpoint, result.batch, args.pool_size)))
     print("\n".join(result.lines()), flush=True)
     return result
+
+
+def startup_parts(checkpoint: Any, batch: BatchTiming, pool_size: int) -> list[str]:
+    """What the batch run's start-up (until its first predictions) was made of, from Ray's task
+    events (``bench.startup``): tracing the model on the driver (timed again here, alone), the
+    pool's actors asked for, their processes up, their ``__init__`` (model loaded), then the first
+    blocks through them and back."""
+    from course_utils.bench.startup import creation_spans, tasks_since
+
+    started = time.perf_counter()
+    torchscript_bytes(checkpoint)
+    trace_s = time.perf_counter() - started
+    job_id = ray.get_runtime_context().get_job_id()
+    tasks = tasks_since(
+        job_id, batch.started_at, lambda ts: sum("MapWorker" in t.func_or_class_name for t in ts) >= pool_size
+    )
+    try:
+        asked, running, ready = creation_spans(tasks, "MapWorker")
+    except LookupError as error:
+        return [f"batch_startup_parts: not available ({error})"]
+    first = batch.started_at + batch.startup_seconds
+    return [
+        f"batch_startup_trace_model_s: {trace_s:.2f}",
+        f"batch_startup_pool_asked_s: {asked - batch.started_at:.2f}",
+        f"batch_startup_pool_processes_up_s: {running - asked:.2f}",
+        f"batch_startup_pool_init_s: {ready - running:.2f}",
+        f"batch_startup_first_blocks_s: {first - ready:.2f}",
+    ]

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from course_utils import bench, data, raydata
+from course_utils.bench import startup
 from course_utils.bench.ingest import DigitsDataset
 
 # One option each benchmark's --help must show: proof the subcommand reached its own parser.
@@ -21,6 +23,7 @@ OPTIONS = {
     "checkpoint": "--checkpoint-every",
     "validation": "--test-size",
     "inference": "--pool-size",
+    "startup": "--rounds",
 }
 
 
@@ -56,3 +59,43 @@ def test_digits_dataset_matches_vectorised_transform(mnist_root):
     fast = raydata.normalise_batch({"image": images[3:4], "label": labels[3:4]})
     np.testing.assert_allclose(image.numpy(), fast["image"][0], rtol=0, atol=1e-6)
     assert label == labels[3]
+
+
+def _task(kind, name, actor, created, running=None, finished=None):
+    events = [{"state": "PENDING_NODE_ASSIGNMENT", "created_ms": created * 1000}]
+    events += [{"state": s, "created_ms": t * 1000} for s, t in (("RUNNING", running), ("FINISHED", finished)) if t]
+    return SimpleNamespace(
+        type=kind, func_or_class_name=name, actor_id=actor, creation_time_ms=created * 1000,
+        end_time_ms=finished * 1000 if finished else None, events=events,
+    )
+
+
+def test_fit_timeline_splits_a_fit_into_parts_that_add_up():
+    creation, call = "ACTOR_CREATION_TASK", "ACTOR_TASK"
+    tasks = [
+        _task(creation, "TrainController", "c", 101.0, running=103.0, finished=104.0),
+        _task(creation, "RayTrainWorker", "w0", 105.0, running=107.0, finished=107.5),
+        _task(creation, "RayTrainWorker", "w1", 105.1, running=107.2, finished=107.6),
+        _task(call, "RayTrainWorker.execute", "w0", 107.7, running=107.7, finished=109.0),
+        _task(call, "RayTrainWorker.execute", "w1", 107.7, running=107.7, finished=109.5),
+        _task(call, "RayTrainWorker.run_train_fn", "w0", 109.6, running=109.6, finished=109.7),
+        _task(creation, "SomethingElse", "x", 102.0, running=102.5, finished=103.0),
+    ]
+    marks = [
+        {"first_line": 110.0, "before_report": 110.1, "after_report": 110.5},
+        {"first_line": 110.2, "before_report": 110.3, "after_report": 110.4},
+    ]
+    rows = startup.fit_timeline(100.0, 112.5, marks, tasks)
+    assert rows["driver: fit() to controller requested"] == pytest.approx(1.0)
+    assert rows["controller: process up"] == pytest.approx(2.0)
+    assert rows["controller: __init__ (imports, callbacks)"] == pytest.approx(1.0)
+    assert rows["controller: run start, placement group, sync actor"] == pytest.approx(1.0)
+    assert rows["workers: processes up"] == pytest.approx(2.2)
+    assert rows["workers: __init__"] == pytest.approx(0.4)
+    assert rows["workers: execute (2 calls)"] == pytest.approx(1.9)  # from the last __init__ to the last end
+    assert rows["workers: to the loop's first line"] == pytest.approx(0.7)
+    assert rows["loop: its one report"] == pytest.approx(0.3)
+    assert rows["after the last report until fit() returns"] == pytest.approx(2.0)
+    assert rows["fit: total"] == pytest.approx(12.5)
+    parts = sum(v for k, v in rows.items() if k != "fit: total")
+    assert parts == pytest.approx(rows["fit: total"])

@@ -1,0 +1,298 @@
+"""``python -m course_utils.bench startup``: where a fit's seconds go before and after training.
+
+A bare fit (2 workers, a loop that reports once) is timed part by part from timestamps Ray and
+the loop record: the driver's ``fit()`` call and return, each actor-creation and actor task's
+state changes from Ray's state API (``ray.util.state.list_tasks``: created, running, finished),
+the placement group's creation latency (``list_placement_groups``), and the loop's own clock.
+Beside it, the floor: two plain Ray actors that import what a training worker needs. Then the
+course's own per-fit work: the same bare loop through ``training.make_trainer`` (its checks),
+with ``history.ReportLog``, ``progress.fit_progress`` and ``metrics.sample_metrics`` as lesson 02
+runs it. Fits and floors alternate, and each row is the median over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from course_utils.bench import print_lines
+
+WORKERS = 2
+
+
+def bare_loop(config: dict[str, Any]) -> None:
+    """A training loop that trains nothing: its first line's time, one report, the report's time."""
+    first_line = time.time()
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    before = time.time()
+    ray.train.report({"rank": rank})
+    marks = {"first_line": first_line, "before_report": before, "after_report": time.time()}
+    Path(config["marks_dir"], f"rank-{rank}.json").write_text(json.dumps(marks))
+
+
+def _floor_actor_class() -> Any:
+    import ray
+
+    @ray.remote(num_cpus=1)
+    class FloorWorker:
+        """What a training worker needs at the least: a process, then torch and Ray Train's torch."""
+
+        def __init__(self) -> None:
+            self.started = time.time()
+            import ray.train.torch  # noqa: F401
+            import torch  # noqa: F401
+
+            self.imported = time.time()
+
+        def marks(self) -> tuple[float, float]:
+            return self.started, self.imported
+
+    return FloorWorker
+
+
+def floor_once() -> dict[str, float]:
+    """Two plain actors up and importing torch + ray.train.torch, in parallel: seconds."""
+    import ray
+
+    floor_cls = _floor_actor_class()
+    asked = time.time()
+    actors = [floor_cls.remote() for _ in range(WORKERS)]
+    marks = ray.get([a.marks.remote() for a in actors])
+    done = time.time()
+    for actor in actors:
+        ray.kill(actor)
+    return {
+        "floor: actor processes up": max(m[0] for m in marks) - asked,
+        "floor: import torch, ray.train.torch": max(m[1] - m[0] for m in marks),
+        "floor: total": done - asked,
+    }
+
+
+def _events(task: Any) -> dict[str, float]:
+    """A task's state changes as {state: seconds since the epoch} (first time each state was entered)."""
+    out: dict[str, float] = {}
+    for event in task.events or []:
+        out.setdefault(event["state"], event["created_ms"] / 1000)
+    return out
+
+
+def tasks_since(
+    job_id: str, since: float, want: Callable[[list[Any]], bool], wait_s: float = 15.0
+) -> list[Any]:
+    """This job's tasks created after ``since``, once ``want`` is satisfied (task events arrive ≈ 1 s late)."""
+    from ray.util.state import list_tasks
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        tasks = [
+            t
+            for t in list_tasks(
+                filters=[("job_id", "=", job_id)], detail=True, limit=10_000, raise_on_missing_output=False
+            )
+            if (t.creation_time_ms or 0) / 1000 >= since - 0.5
+        ]
+        if want(tasks) or time.monotonic() > deadline:
+            return tasks
+        time.sleep(0.5)
+
+
+def _placement_group_s(since: float) -> float | None:
+    """End-to-end creation latency of the placement group made after ``since`` (Ray's own figure)."""
+    from ray.util.state import list_placement_groups
+
+    for group in list_placement_groups(detail=True, raise_on_missing_output=False):
+        stats = group.stats or {}
+        received = float(stats.get("creation_request_received_ns") or 0)  # int64 fields come as text
+        latency = stats.get("end_to_end_creation_latency_ms")
+        if received / 1e9 >= since - 0.5 and latency is not None:
+            return float(latency) / 1000
+    return None
+
+
+def creation_spans(tasks: list[Any], class_name: str) -> tuple[float, float, float]:
+    """(first asked, last running, last finished): wall-clock seconds of the actors of ``class_name``
+    these tasks created. Running is the actor's process up with its class loaded; finished, its
+    ``__init__`` done."""
+    events = [
+        (t, _events(t))
+        for t in tasks
+        if t.type == "ACTOR_CREATION_TASK" and class_name in t.func_or_class_name
+    ]
+    if not events:
+        raise LookupError(f"Ray's state API lists no {class_name} actor created in this window.")
+    return (
+        min(t.creation_time_ms for t, _ in events) / 1000,
+        max(e["RUNNING"] for _, e in events),
+        max(e["FINISHED"] for _, e in events),
+    )
+
+
+def fit_timeline(
+    called: float, returned: float, marks: list[dict[str, float]], tasks: list[Any]
+) -> dict[str, float]:
+    """A bare fit's seconds, part by part, from the driver's clock, the loop's and Ray's task events.
+
+    Ray's timestamps and the loop's are wall-clock times on this machine, so they line up.
+    """
+    worker_ids = {
+        t.actor_id
+        for t in tasks
+        if t.type == "ACTOR_CREATION_TASK" and t.func_or_class_name == "RayTrainWorker"
+    }
+    calls = [t for t in tasks if t.type == "ACTOR_TASK" and t.actor_id in worker_ids]
+    controller_asked, controller_running, controller_ready = creation_spans(tasks, "TrainController")
+    workers_asked, workers_running, workers_ready = creation_spans(tasks, "RayTrainWorker")
+    first_line = max(m["first_line"] for m in marks)
+    after_report = max(m["after_report"] for m in marks)
+    rows: dict[str, float] = {}
+    rows["driver: fit() to controller requested"] = controller_asked - called
+    rows["controller: process up"] = controller_running - controller_asked
+    rows["controller: __init__ (imports, callbacks)"] = controller_ready - controller_running
+    rows["controller: run start, placement group, sync actor"] = workers_asked - controller_ready
+    rows["workers: processes up"] = workers_running - workers_asked
+    rows["workers: __init__"] = workers_ready - workers_running
+    edge = workers_ready
+    # Then the controller's calls on the workers, in the order they started (train context, the
+    # torch process group, the train function's launch...): each from the previous edge to its end.
+    by_name: dict[str, list[Any]] = {}
+    for call in calls:
+        if call.creation_time_ms / 1000 < first_line:
+            by_name.setdefault(call.func_or_class_name, []).append(call)
+    for name, group in sorted(by_name.items(), key=lambda kv: min(t.creation_time_ms for t in kv[1])):
+        ends = [(t.end_time_ms or t.creation_time_ms) / 1000 for t in group]
+        if name.endswith("run_train_fn"):
+            continue  # it returns at once: the loop runs on a thread it starts
+        end = min(max(ends), first_line)
+        rows[f"workers: {name.split('.')[-1]} ({len(group)} calls)"] = max(0.0, end - edge)
+        edge = max(edge, end)
+    rows["workers: to the loop's first line"] = first_line - edge
+    rows["loop: its one report"] = after_report - first_line
+    rows["after the last report until fit() returns"] = returned - after_report
+    rows["fit: total"] = returned - called
+    return rows
+
+
+def bare_fit_once(storage_dir: str, name: str) -> dict[str, float]:
+    """One bare fit with Ray Train's public API only; its timeline."""
+    import ray
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    marks_dir = tempfile.mkdtemp(dir=storage_dir)
+    trainer = TorchTrainer(
+        bare_loop,
+        train_loop_config={"marks_dir": marks_dir},
+        scaling_config=ScalingConfig(num_workers=WORKERS),
+        run_config=RunConfig(name=name, storage_path=storage_dir),
+    )
+    called = time.time()
+    trainer.fit()
+    returned = time.time()
+    marks = [json.loads(p.read_text()) for p in Path(marks_dir).glob("rank-*.json")]
+    job_id = ray.get_runtime_context().get_job_id()
+
+    def complete(tasks: list[Any]) -> bool:
+        names = [t.func_or_class_name for t in tasks if t.type == "ACTOR_CREATION_TASK"]
+        done = [t for t in tasks if t.type == "ACTOR_CREATION_TASK" and "FINISHED" in _events(t)]
+        return (
+            "TrainController" in names
+            and names.count("RayTrainWorker") == WORKERS
+            and len(done) >= WORKERS + 1
+        )
+
+    tasks = tasks_since(job_id, called, complete)
+    rows = fit_timeline(called, returned, marks, tasks)
+    group_s = _placement_group_s(called)
+    if group_s is not None:
+        rows["(of which: placement group creation, Ray's figure)"] = group_s
+    return rows
+
+
+def course_fit_once(name: str) -> dict[str, float]:
+    """The bare loop through the course's own per-fit work, as lesson 02 runs a fit."""
+    from course_utils import storage, training
+    from course_utils.metrics import sample_metrics
+    from course_utils.progress import fit_progress
+
+    storage.reset_run(name)
+    marks_dir = tempfile.mkdtemp(dir=storage.local_output_dir("bench-startup"))
+    started = time.time()
+    trainer = training.make_trainer(
+        name, num_workers=WORKERS, train_loop=bare_loop, score_attribute=None, marks_dir=marks_dir
+    )
+    built = time.time()
+    with sample_metrics(run_name=name), fit_progress(trainer, total=1, desc=name):
+        trainer.fit()
+    returned = time.time()
+    storage.reset_run(name)
+    return {
+        "course: make_trainer (fit check, run check, storage)": built - started,
+        "course: fit with ReportLog, progress bar, metrics sampling": returned - built,
+    }
+
+
+def _median_rows(rounds: list[dict[str, float]]) -> dict[str, float]:
+    keys: list[str] = []
+    for r in rounds:
+        keys += [k for k in r if k not in keys]
+    return {k: statistics.median(r[k] for r in rounds if k in r) for k in keys}
+
+
+def print_table(title: str, rows: dict[str, float]) -> None:
+    """One table of seconds, a row per part, aligned."""
+    width = max(len(k) for k in rows)
+    print(f"\n{title}")
+    for key, value in rows.items():
+        print(f"  {key:<{width}}  {value:6.2f} s")
+
+
+def main(argv: Sequence[str] | None = None) -> float:
+    """A bare 2-worker fit timed part by part, the floor beside it, then the course's own per-fit work."""
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.bench startup", description=(main.__doc__ or "").split("\n")[0]
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="fits (and floors) to take the median of")
+    args = parser.parse_args(argv)
+
+    import ray
+
+    from course_utils import session
+
+    session.start_ray(verbose=False, log_to_driver=False)
+    print(f"ray: {ray.__version__}\nworkers: {WORKERS}\nrounds: {args.rounds}", flush=True)
+    floors, fits, course = [], [], []
+    with tempfile.TemporaryDirectory() as storage_dir:
+        for i in range(args.rounds):
+            floors.append(floor_once())
+            fits.append(bare_fit_once(storage_dir, f"bench-startup-{i}"))
+            print(
+                f"round {i + 1}: fit {fits[-1]['fit: total']:.2f} s, floor {floors[-1]['floor: total']:.2f} s",
+                flush=True,
+            )
+    for _ in range(args.rounds):
+        course.append(course_fit_once("bench-startup-course"))
+    fit_rows, floor_rows, course_rows = _median_rows(fits), _median_rows(floors), _median_rows(course)
+    print_table(f"a bare fit, part by part (median of {args.rounds})", fit_rows)
+    print_table(f"the floor: {WORKERS} plain actors importing torch (median of {args.rounds})", floor_rows)
+    print_table(f"the course's own per-fit work, the same bare loop (median of {args.rounds})", course_rows)
+    fit_s, floor_s = fit_rows["fit: total"], floor_rows["floor: total"]
+    ratio = fit_s / floor_s
+    print()
+    print_lines(
+        {
+            "course_fit_seconds": course_rows["course: make_trainer (fit check, run check, storage)"]
+            + course_rows["course: fit with ReportLog, progress bar, metrics sampling"],
+            "fit_seconds": fit_s,
+            "floor_seconds": floor_s,
+            "fit_vs_floor_ratio": round(ratio, 2),
+        }
+    )
+    return ratio
