@@ -49,11 +49,17 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
     parser.add_argument(
         "--batch-size", type=int, default=256, help="digits per model(batch) call, Ray and plain"
     )
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="also split the batch run's start-up into its parts (needs the dashboard's state API, "
+        "which costs some CPU here)",
+    )
     args = parser.parse_args(argv)
 
     data.ensure_mnist(verbose=False)
-    if not ray.is_initialized():  # the dashboard is not needed here and costs CPU on a small machine
-        session.start_ray(verbose=False, include_dashboard=False)
+    if not ray.is_initialized():  # the dashboard costs CPU on a small machine: only when --parts needs it
+        session.start_ray(verbose=False, include_dashboard=args.parts)
     checkpoint, described = available_checkpoint()
     images, _ = data.raw_arrays(train=False)
     print(f"checkpoint: {described}")
@@ -81,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
     print(f"batch_size: {args.batch_size}")
     print("\n".join(first.lines("first_pipeline")))
     print(f"first_pipeline_vs_plain_torch_ratio: {first.rate / result.plain_rate:.2f}")
-    print("\n".join(startup_parts(checkpoint, result.batch, args.pool_size)))
+    if args.parts:
+        print("\n".join(startup_parts(checkpoint, result.batch, args.pool_size)))
     print("\n".join(result.lines()), flush=True)
     return result
 
@@ -91,15 +98,13 @@ def startup_parts(checkpoint: Any, batch: BatchTiming, pool_size: int) -> list[s
     events (``bench.startup``): tracing the model on the driver (timed again here, alone), the
     pool's actors asked for, their processes up, their ``__init__`` (model loaded), then the first
     blocks through them and back."""
-    from course_utils.bench.startup import creation_spans, tasks_since
+    from course_utils.bench.startup import created, creation_spans, tasks_since
 
     started = time.perf_counter()
     torchscript_bytes(checkpoint)
     trace_s = time.perf_counter() - started
     job_id = ray.get_runtime_context().get_job_id()
-    tasks = tasks_since(
-        job_id, batch.started_at, lambda ts: sum("MapWorker" in t.func_or_class_name for t in ts) >= pool_size
-    )
+    tasks = tasks_since(job_id, batch.started_at, lambda ts: len(created(ts, "MapWorker")) >= pool_size)
     try:
         asked, running, ready = creation_spans(tasks, "MapWorker")
     except LookupError as error:

@@ -117,15 +117,20 @@ def _placement_group_s(since: float) -> float | None:
     return None
 
 
+def created(tasks: list[Any], class_name: str) -> list[Any]:
+    """The actor-creation tasks of ``class_name`` (Ray names them ``<Class>.__init__``)."""
+    return [
+        t
+        for t in tasks
+        if t.type == "ACTOR_CREATION_TASK" and class_name in t.func_or_class_name.split(".")[0]
+    ]
+
+
 def creation_spans(tasks: list[Any], class_name: str) -> tuple[float, float, float]:
     """(first asked, last running, last finished): wall-clock seconds of the actors of ``class_name``
     these tasks created. Running is the actor's process up with its class loaded; finished, its
     ``__init__`` done."""
-    events = [
-        (t, _events(t))
-        for t in tasks
-        if t.type == "ACTOR_CREATION_TASK" and class_name in t.func_or_class_name
-    ]
+    events = [(t, _events(t)) for t in created(tasks, class_name)]
     if not events:
         raise LookupError(f"Ray's state API lists no {class_name} actor created in this window.")
     return (
@@ -142,11 +147,7 @@ def fit_timeline(
 
     Ray's timestamps and the loop's are wall-clock times on this machine, so they line up.
     """
-    worker_ids = {
-        t.actor_id
-        for t in tasks
-        if t.type == "ACTOR_CREATION_TASK" and t.func_or_class_name == "RayTrainWorker"
-    }
+    worker_ids = {t.actor_id for t in created(tasks, "RayTrainWorker")}
     calls = [t for t in tasks if t.type == "ACTOR_TASK" and t.actor_id in worker_ids]
     controller_asked, controller_running, controller_ready = creation_spans(tasks, "TrainController")
     workers_asked, workers_running, workers_ready = creation_spans(tasks, "RayTrainWorker")
@@ -200,12 +201,12 @@ def bare_fit_once(storage_dir: str, name: str) -> dict[str, float]:
     job_id = ray.get_runtime_context().get_job_id()
 
     def complete(tasks: list[Any]) -> bool:
-        names = [t.func_or_class_name for t in tasks if t.type == "ACTOR_CREATION_TASK"]
-        done = [t for t in tasks if t.type == "ACTOR_CREATION_TASK" and "FINISHED" in _events(t)]
+        actors = created(tasks, "TrainController") + created(tasks, "RayTrainWorker")
+        calls = [t for t in tasks if t.func_or_class_name.endswith("run_train_fn")]
         return (
-            "TrainController" in names
-            and names.count("RayTrainWorker") == WORKERS
-            and len(done) >= WORKERS + 1
+            len(actors) == WORKERS + 1
+            and all("FINISHED" in _events(t) for t in actors)
+            and len(calls) == WORKERS
         )
 
     tasks = tasks_since(job_id, called, complete)

@@ -63,10 +63,16 @@ def test_digits_dataset_matches_vectorised_transform(mnist_root):
 
 def _task(kind, name, actor, created, running=None, finished=None):
     events = [{"state": "PENDING_NODE_ASSIGNMENT", "created_ms": created * 1000}]
-    events += [{"state": s, "created_ms": t * 1000} for s, t in (("RUNNING", running), ("FINISHED", finished)) if t]
+    events += [
+        {"state": s, "created_ms": t * 1000} for s, t in (("RUNNING", running), ("FINISHED", finished)) if t
+    ]
     return SimpleNamespace(
-        type=kind, func_or_class_name=name, actor_id=actor, creation_time_ms=created * 1000,
-        end_time_ms=finished * 1000 if finished else None, events=events,
+        type=kind,
+        func_or_class_name=f"{name}.__init__" if kind == "ACTOR_CREATION_TASK" else name,
+        actor_id=actor,
+        creation_time_ms=created * 1000,
+        end_time_ms=finished * 1000 if finished else None,
+        events=events,
     )
 
 

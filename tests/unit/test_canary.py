@@ -124,6 +124,12 @@ BUILT = {
 }
 
 
+def test_the_canary_runs_every_bench():
+    from course_utils import bench
+
+    assert set(canary.BENCHES) == set(bench.COMMANDS)
+
+
 def test_pinned_figures_are_lines_the_benches_print():
     pinned = json.loads(canary.PINNED.read_text())["benches"]
     assert set(pinned) == set(canary.BENCHES)
