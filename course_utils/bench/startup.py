@@ -111,9 +111,9 @@ def _placement_group_s(since: float) -> float | None:
     for group in list_placement_groups(detail=True, raise_on_missing_output=False):
         stats = group.stats or {}
         received = float(stats.get("creation_request_received_ns") or 0)  # int64 fields come as text
-        latency = stats.get("end_to_end_creation_latency_ms")
+        latency = stats.get("end_to_end_creation_latency_us")  # the name Ray 2.60's state API gives
         if received / 1e9 >= since - 0.5 and latency is not None:
-            return float(latency) / 1000
+            return float(latency) / 1e6
     return None
 
 
@@ -224,15 +224,15 @@ def course_fit_once(name: str) -> dict[str, float]:
     from course_utils.progress import fit_progress
 
     storage.reset_run(name)
-    marks_dir = tempfile.mkdtemp(dir=storage.local_output_dir("bench-startup"))
-    started = time.time()
-    trainer = training.make_trainer(
-        name, num_workers=WORKERS, train_loop=bare_loop, score_attribute=None, marks_dir=marks_dir
-    )
-    built = time.time()
-    with sample_metrics(run_name=name), fit_progress(trainer, total=1, desc=name):
-        trainer.fit()
-    returned = time.time()
+    with tempfile.TemporaryDirectory() as marks_dir:
+        started = time.time()
+        trainer = training.make_trainer(
+            name, num_workers=WORKERS, train_loop=bare_loop, score_attribute=None, marks_dir=marks_dir
+        )
+        built = time.time()
+        with sample_metrics(run_name=name), fit_progress(trainer, total=1, desc=name):
+            trainer.fit()
+        returned = time.time()
     storage.reset_run(name)
     return {
         "course: make_trainer (fit check, run check, storage)": built - started,
