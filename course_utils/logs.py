@@ -24,6 +24,13 @@ The sources of noise in a notebook, each sent to the log folder by the knob Ray 
   the hook files it as INFO, so Ray Train's level filter keeps it in
   ``logs/train/ray-train-sys-controller-*.log`` only. Nothing else is re-levelled.
 
+- Ray Data's INFO lines ("Starting execution of Dataset ...", "Execution plan ...", "Tip: ...") on
+  the driver and in its actors: ``RAY_DATA_LOG_LEVEL=WARNING`` (``DATA_LOG_LEVEL``), which Ray Data
+  reads each time it configures its logger, in every process (``quiet_ray_data`` for a driver that
+  imported ``ray.data`` before). Its warnings stay: a split reader blocked for 30 s is a real signal.
+- Ray Data's "Progress bars disabled" warning, which the course's own ``enable_progress_bars = False``
+  causes: that one module's logger at ERROR, in the driver and every worker.
+
 The Ray Train logger, thread and message names involved are internal to Ray; they live in
 ``course_utils.rayinternals`` with the Ray versions they were checked on.
 """
@@ -37,6 +44,7 @@ from pathlib import Path
 from course_utils import rayinternals
 
 TRAIN_LOG_LEVEL = "WARNING"
+DATA_LOG_LEVEL = "WARNING"
 DRIVER_LOG_LEVEL = logging.WARNING
 # runtime_env["worker_process_setup_hook"]: every worker process of the job (the controller's
 # detached PlacementGroupCleaner included) imports and calls it when it starts.
@@ -113,6 +121,16 @@ def _module_file(module: str) -> str:
     return os.path.join(ray.__path__[0], *module.split(".")[1:]) + ".py"
 
 
+def quiet_ray_data() -> None:
+    """Ray Data's INFO lines and its warning about the course's own progress-bar setting stay out of
+    this process's output (see the module doc); its warnings and errors still show."""
+    os.environ.setdefault(rayinternals.DATA_LOG_LEVEL_ENV, DATA_LOG_LEVEL)
+    logging.getLogger(rayinternals.DATA_PROGRESS_LOGGER).setLevel(logging.ERROR)
+    data_logger = logging.getLogger("ray.data")
+    if data_logger.level < logging.getLevelName(os.environ[rayinternals.DATA_LOG_LEVEL_ENV]):
+        data_logger.setLevel(os.environ[rayinternals.DATA_LOG_LEVEL_ENV])  # ray.data imported already
+
+
 def setup_worker() -> None:
     """Ray-internal tracebacks to the log folder, not the notebook (see the module doc); and this
     process names its own cluster.
@@ -129,6 +147,7 @@ def setup_worker() -> None:
 
     if ray.is_initialized():  # in a Ray worker process: always; in a unit test, not
         os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    quiet_ray_data()
 
     default = threading.excepthook
 

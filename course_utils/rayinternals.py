@@ -97,6 +97,16 @@ ELASTIC_RESIZE_DECISION = "Deciding to resize the worker group"  # "... from A -
 SPLIT_COORDINATOR_CLASS = "SplitCoordinator"
 SPLIT_WARNING = "blocked waiting on other clients"
 
+# Ray Data's own logging (ray/data/_internal/logging.py): ``configure_logging`` sets the ``ray.data``
+# logger's level from the variable RAY_DATA_LOG_LEVEL when set (else DEBUG, with INFO lines on
+# the console: "Starting execution of Dataset ...", "Tip: use take_batch() ..."). It runs when
+# ``ray.data`` is imported and again in every worker for each dataset, so the variable, which
+# worker processes inherit, is what holds everywhere. Checked on Ray 2.58.0 and 2.60.0.
+DATA_LOG_LEVEL_ENV = "RAY_DATA_LOG_LEVEL"
+# The module that warns "Progress bars disabled ..." once per process when a pipeline runs with
+# ``DataContext.enable_progress_bars = False``: the course's own choice (raydata.configure_data_context).
+DATA_PROGRESS_LOGGER = "ray.data._internal.progress"
+
 # Ray's autoscaling coordinator, a detached actor the first elastic Train run (or Ray Data
 # pipeline) on a cluster creates (ray/data/_internal/cluster_autoscaler/
 # default_autoscaling_coordinator.py: ``get_or_create_autoscaling_coordinator``). An elastic run

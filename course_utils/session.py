@@ -256,8 +256,10 @@ def start_ray(
         # explains the token once; the notice's only advice is to turn it off.
         rayinternals.quiet_token_auth_notice()
         env = dict(COURSE_ENV, **(SMOKE_ENV if profile_name(profile) == "smoke" else {}))
+        env[rayinternals.DATA_LOG_LEVEL_ENV] = logs.DATA_LOG_LEVEL  # Ray Data's INFO lines: its log folder
         for key, value in env.items():
             os.environ.setdefault(key, value)  # local workers inherit the driver's environment
+        logs.quiet_ray_data()  # this driver too, if it imported ray.data before
         if connected:
             import course_utils
 

@@ -128,3 +128,27 @@ def test_libraries_warnings_about_their_own_deprecated_calls_are_not_shown(monke
         StatefulDataLoader(list(range(4)), batch_size=2)  # torchdata calls torch.set_vital itself
         warnings.warn("`something_else` is deprecated", DeprecationWarning, stacklevel=1)
     assert [str(w.message) for w in shown] == ["`something_else` is deprecated"]
+
+
+def test_ray_datas_info_lines_and_progress_bar_notice_stay_out_of_a_lesson(monkeypatch, capsys):
+    import logging
+
+    from course_utils import rayinternals
+
+    monkeypatch.delenv(rayinternals.DATA_LOG_LEVEL_ENV, raising=False)
+    data_logger, progress = logging.getLogger("ray.data"), logging.getLogger(rayinternals.DATA_PROGRESS_LOGGER)
+    monkeypatch.setattr(data_logger, "level", logging.DEBUG)  # as Ray Data's import leaves it
+    monkeypatch.setattr(progress, "level", logging.NOTSET)
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    monkeypatch.setattr(data_logger, "handlers", [handler])
+    monkeypatch.setattr(data_logger, "propagate", False)
+    logs.quiet_ray_data()
+    import os
+
+    assert os.environ[rayinternals.DATA_LOG_LEVEL_ENV] == "WARNING"  # what Ray Data reads in every process
+    logging.getLogger("ray.data._internal.execution.streaming_executor").info("Starting execution of Dataset x")
+    progress.warning("Progress bars disabled. To enable, set ...")
+    logging.getLogger("ray.data._internal.iterator").warning("blocked waiting on other clients for more than 30s")
+    assert [r.getMessage() for r in records] == ["blocked waiting on other clients for more than 30s"]

@@ -166,3 +166,20 @@ def test_the_autoscaling_coordinator_the_elastic_demo_refreshes():
     assert f'namespace="{rayinternals.AUTOSCALING_COORDINATOR_NAMESPACE}"' in create, (
         f"moved in Ray {_version()}: {SEE}"
     )
+
+
+def test_ray_datas_log_level_variable_and_progress_logger(monkeypatch):
+    logging_module = _module("ray.data._internal.logging")
+    monkeypatch.setenv(rayinternals.DATA_LOG_LEVEL_ENV, "WARNING")
+    logging_module.configure_logging()
+    try:
+        assert logging.getLogger("ray.data").level == logging.WARNING, (
+            f"Ray {_version()}'s configure_logging no longer reads {rayinternals.DATA_LOG_LEVEL_ENV}: {SEE}"
+        )
+    finally:
+        monkeypatch.delenv(rayinternals.DATA_LOG_LEVEL_ENV)
+        logging_module.configure_logging()
+    progress = _module(rayinternals.DATA_PROGRESS_LOGGER)
+    assert "Progress bars disabled" in inspect.getsource(progress) and progress.logger.name == (
+        rayinternals.DATA_PROGRESS_LOGGER
+    ), f"Ray {_version()} warns about disabled progress bars elsewhere: {SEE}"
