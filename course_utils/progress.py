@@ -14,7 +14,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from course_utils import history, polling
+from course_utils import history, polling, slots
 
 SHOWN = ("train_loss", "accuracy", "step", "world_size")  # what the bar's postfix shows, when reported
 
@@ -33,6 +33,9 @@ def fit_progress(
 ) -> Iterator[Any]:
     """``with fit_progress(trainer, total=epochs): result = trainer.fit()`` shows a bar of reports.
 
+    On a shared cluster whose free slots cannot hold the run yet, it first waits for them, saying so
+    on one line (``slots.wait_for_slots``).
+
     The trainer's ``RunConfig(callbacks=[...])`` must hold a ``history.ReportLog``: it is what
     the bar reads. ``total`` is the number of reports the run will make (epochs, for the course
     loops), ``None`` when unknown.
@@ -42,6 +45,7 @@ def fit_progress(
         raise ValueError(
             "fit_progress reads the run's ReportLog: add history.ReportLog() to RunConfig(callbacks=[...])."
         )
+    slots.wait_for_slots(trainer.scaling_config)  # a busy shared cluster: one line, not Ray's silence
     fs, folder = history.run_folder(config.storage_path, config.storage_filesystem, config.name)
     before = len(history.read_reports(fs, folder) or [])
     bar = tqdm(total=total, initial=before, desc=desc or config.name, unit="report")

@@ -71,13 +71,14 @@ def test_report_log_keeps_every_report_and_a_restored_run_continues_it(tmp_path)
 
 
 def test_fit_progress_follows_the_log_and_needs_the_callback(tmp_path):
-    from ray.train import RunConfig
+    from ray.train import RunConfig, ScalingConfig
 
     from course_utils.history import ReportLog
     from course_utils.progress import fit_progress
 
     class Trainer:
         run_config = RunConfig(name="run", storage_path=str(tmp_path), callbacks=[ReportLog()])
+        scaling_config = ScalingConfig(num_workers=2)
 
     log = ReportLog()
     context = _RunContext(tmp_path, "run")
@@ -90,6 +91,7 @@ def test_fit_progress_follows_the_log_and_needs_the_callback(tmp_path):
 
     class Bare:
         run_config = RunConfig(name="run", storage_path=str(tmp_path))
+        scaling_config = ScalingConfig(num_workers=2)
 
     with pytest.raises(ValueError, match="ReportLog"):
         with fit_progress(Bare()):

@@ -136,7 +136,10 @@ def test_ray_datas_info_lines_and_progress_bar_notice_stay_out_of_a_lesson(monke
     from course_utils import rayinternals
 
     monkeypatch.delenv(rayinternals.DATA_LOG_LEVEL_ENV, raising=False)
-    data_logger, progress = logging.getLogger("ray.data"), logging.getLogger(rayinternals.DATA_PROGRESS_LOGGER)
+    data_logger, progress = (
+        logging.getLogger("ray.data"),
+        logging.getLogger(rayinternals.DATA_PROGRESS_LOGGER),
+    )
     monkeypatch.setattr(data_logger, "level", logging.DEBUG)  # as Ray Data's import leaves it
     monkeypatch.setattr(progress, "level", logging.NOTSET)
     records = []
@@ -148,7 +151,11 @@ def test_ray_datas_info_lines_and_progress_bar_notice_stay_out_of_a_lesson(monke
     import os
 
     assert os.environ[rayinternals.DATA_LOG_LEVEL_ENV] == "WARNING"  # what Ray Data reads in every process
-    logging.getLogger("ray.data._internal.execution.streaming_executor").info("Starting execution of Dataset x")
+    logging.getLogger("ray.data._internal.execution.streaming_executor").info(
+        "Starting execution of Dataset x"
+    )
     progress.warning("Progress bars disabled. To enable, set ...")
-    logging.getLogger("ray.data._internal.iterator").warning("blocked waiting on other clients for more than 30s")
+    logging.getLogger("ray.data._internal.iterator").warning(
+        "blocked waiting on other clients for more than 30s"
+    )
     assert [r.getMessage() for r in records] == ["blocked waiting on other clients for more than 30s"]

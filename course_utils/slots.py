@@ -1,0 +1,83 @@
+"""Waiting for free slots on a shared cluster, said in plain words.
+
+On a cluster that other learners use, a fit may ask for more CPU (or GPU) slots than are free at
+that moment. Ray Train then waits for them without a word to the learner. ``wait_for_slots``,
+called by ``progress.fit_progress`` before ``fit()``, says it first, on one line it updates while
+it waits: how many slots the run needs, how many are free, and that the run starts when other
+runs finish. An elastic run needs only its minimum.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tqdm.auto import tqdm
+
+
+def needed(scaling_config: Any) -> dict[str, float]:
+    """The slots a fit with ``scaling_config`` must find free to start: per worker x minimum workers."""
+    from course_utils.session import resources_per_worker, worker_count_bounds
+
+    low, _ = worker_count_bounds(scaling_config.num_workers)
+    return {name: amount * low for name, amount in resources_per_worker(scaling_config).items() if amount}
+
+
+def short_of(need: dict[str, float], free: dict[str, float]) -> dict[str, float]:
+    """The resources of ``need`` that ``free`` cannot cover now (empty when the run can start)."""
+    return {name: amount for name, amount in need.items() if free.get(name, 0.0) + 1e-9 < amount}
+
+
+def waiting_line(
+    need: dict[str, float], free: dict[str, float], total: dict[str, float], waited_s: float
+) -> str:
+    """``waiting for 2 CPU slots: 1 of 4 free, in use by other runs; this run starts when they finish (12 s)``."""
+    parts = [
+        f"{need[name]:g} {name} slot{'s' if need[name] != 1 else ''}: {free.get(name, 0.0):g} of "
+        f"{total.get(name, 0.0):g} free"
+        for name in short_of(need, free)
+    ]
+    return (
+        f"waiting for {'; '.join(parts)}, in use by other runs on this cluster; "
+        f"this run starts when they finish ({waited_s:.0f} s)"
+    )
+
+
+def wait_for_slots(
+    scaling_config: Any,
+    poll_s: float = 1.0,
+    *,
+    free: Callable[[], dict[str, float]] | None = None,
+    total: Callable[[], dict[str, float]] | None = None,
+) -> float:
+    """Return once the cluster has the slots ``scaling_config`` needs free; the seconds waited.
+
+    Silent when they are free at once. Otherwise one line (a tqdm bar's description, so a notebook
+    updates it in place) says what the run waits for, until it can start. ``free``/``total`` default
+    to ``ray.available_resources``/``ray.cluster_resources`` (tests pass their own).
+    """
+    import ray
+
+    if free is None and not ray.is_initialized():
+        return 0.0  # fit() starts a local Ray of its own: nothing else runs there
+    free = free or ray.available_resources
+    total = total or ray.cluster_resources
+    need = needed(scaling_config)
+    now = free()
+    if not short_of(need, now):
+        return 0.0
+    started = time.monotonic()
+    bar = tqdm(total=None, desc=waiting_line(need, now, total(), 0.0), bar_format="{desc}", leave=True)
+    try:
+        while short_of(need, now):
+            time.sleep(poll_s)
+            now = free()
+            bar.set_description_str(
+                waiting_line(need, now, total(), time.monotonic() - started), refresh=True
+            )
+        waited = time.monotonic() - started
+        bar.set_description_str(f"slots free after {waited:.0f} s of waiting: the run starts", refresh=True)
+        return waited
+    finally:
+        bar.close()

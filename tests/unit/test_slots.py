@@ -1,0 +1,54 @@
+"""Waiting for free slots on a busy shared cluster: what the run needs and the one line it shows."""
+
+from __future__ import annotations
+
+import pytest
+from ray.train import ScalingConfig
+
+from course_utils import slots
+
+
+@pytest.mark.parametrize(
+    ("config", "need"),
+    [
+        (ScalingConfig(num_workers=2), {"CPU": 2}),
+        (ScalingConfig(num_workers=(1, 3)), {"CPU": 1}),  # elastic: its minimum
+        (ScalingConfig(num_workers=2, resources_per_worker={"CPU": 2}), {"CPU": 4}),
+        (ScalingConfig(num_workers=2, use_gpu=True), {"GPU": 2}),
+    ],
+)
+def test_what_a_fit_needs_free(config, need):
+    assert slots.needed(config) == need
+
+
+def test_short_of_names_only_what_is_missing():
+    assert slots.short_of({"CPU": 2}, {"CPU": 2.0, "GPU": 0}) == {}
+    assert slots.short_of({"CPU": 2, "GPU": 1}, {"CPU": 1.0}) == {"CPU": 2, "GPU": 1}
+
+
+def test_the_waiting_line_says_needed_free_and_when():
+    line = slots.waiting_line({"CPU": 2}, {"CPU": 1.0}, {"CPU": 4.0}, 12.4)
+    assert line == (
+        "waiting for 2 CPU slots: 1 of 4 free, in use by other runs on this cluster; "
+        "this run starts when they finish (12 s)"
+    )
+
+
+def test_free_at_once_is_silent(capsys):
+    waited = slots.wait_for_slots(
+        ScalingConfig(num_workers=2), free=lambda: {"CPU": 4.0}, total=lambda: {"CPU": 4}
+    )
+    assert waited == 0.0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_busy_cluster_gets_one_updated_line_until_the_slots_free(capsys):
+    readings = iter([{"CPU": 0.0}, {"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 3.0}])
+    waited = slots.wait_for_slots(
+        ScalingConfig(num_workers=2), poll_s=0.01, free=lambda: next(readings), total=lambda: {"CPU": 4.0}
+    )
+    err = capsys.readouterr().err
+    assert waited > 0
+    assert "waiting for 2 CPU slots: 0 of 4 free" in err and "1 of 4 free" in err
+    assert "this run starts when they finish" in err and "the run starts" in err
+    assert "Traceback" not in err
