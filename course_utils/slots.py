@@ -47,13 +47,15 @@ def waiting_line(
 def wait_for_slots(
     scaling_config: Any,
     poll_s: float = 1.0,
+    quiet_s: float = 5.0,
     *,
     free: Callable[[], dict[str, float]] | None = None,
     total: Callable[[], dict[str, float]] | None = None,
 ) -> float:
     """Return once the cluster has the slots ``scaling_config`` needs free; the seconds waited.
 
-    Silent when they are free at once. Otherwise one line (a tqdm bar's description, so a notebook
+    Silent when they are free within ``quiet_s`` (a run that just ended gives its slots back a
+    moment after its ``fit()`` returned). Otherwise one line (a tqdm bar's description, so a notebook
     updates it in place) says what the run waits for, until it can start. ``free``/``total`` default
     to ``ray.available_resources``/``ray.cluster_resources`` (tests pass their own).
     """
@@ -65,9 +67,13 @@ def wait_for_slots(
     total = total or ray.cluster_resources
     need = needed(scaling_config)
     now = free()
-    if not short_of(need, now):
-        return 0.0
     started = time.monotonic()
+    # Slots a run that just ended held come back a moment after its fit() returned: wait quietly first.
+    while short_of(need, now) and time.monotonic() - started < quiet_s:
+        time.sleep(min(poll_s, 0.5))
+        now = free()
+    if not short_of(need, now):
+        return time.monotonic() - started
     bar = tqdm(total=None, desc=waiting_line(need, now, total(), 0.0), bar_format="{desc}", leave=True)
     try:
         while short_of(need, now):

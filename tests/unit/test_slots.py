@@ -45,10 +45,26 @@ def test_free_at_once_is_silent(capsys):
 def test_a_busy_cluster_gets_one_updated_line_until_the_slots_free(capsys):
     readings = iter([{"CPU": 0.0}, {"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 3.0}])
     waited = slots.wait_for_slots(
-        ScalingConfig(num_workers=2), poll_s=0.01, free=lambda: next(readings), total=lambda: {"CPU": 4.0}
+        ScalingConfig(num_workers=2),
+        poll_s=0.01,
+        quiet_s=0,
+        free=lambda: next(readings),
+        total=lambda: {"CPU": 4.0},
     )
     err = capsys.readouterr().err
     assert waited > 0
     assert "waiting for 2 CPU slots: 0 of 4 free" in err and "1 of 4 free" in err
     assert "this run starts when they finish" in err and "the run starts" in err
     assert "Traceback" not in err
+
+
+def test_slots_a_finished_run_gives_back_a_moment_later_are_waited_for_quietly(capsys):
+    readings = iter([{"CPU": 2.0}, {"CPU": 2.0}, {"CPU": 4.0}])
+    waited = slots.wait_for_slots(
+        ScalingConfig(num_workers=4),
+        poll_s=0.01,
+        quiet_s=5,
+        free=lambda: next(readings),
+        total=lambda: {"CPU": 4.0},
+    )
+    assert 0 < waited < 5 and capsys.readouterr().err == ""
