@@ -38,7 +38,7 @@ def test_free_at_once_is_silent(capsys):
     waited = slots.wait_for_slots(
         ScalingConfig(num_workers=2), free=lambda: {"CPU": 4.0}, total=lambda: {"CPU": 4}
     )
-    assert waited == 0.0
+    assert waited < 0.1
     assert capsys.readouterr().err == ""
 
 
