@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.bench import print_lines
+from course_utils.config import temporary_env
 
 WORKERS = 2
 
@@ -255,13 +256,49 @@ def print_table(title: str, rows: dict[str, float]) -> None:
         print(f"  {key:<{width}}  {value:6.2f} s")
 
 
+def parse_tries(items: Sequence[str]) -> dict[str, str]:
+    """``["A=1", "B=x"]`` -> ``{"A": "1", "B": "x"}``; a malformed item fails in plain words."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--try takes KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _describe(env: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in env.items())
+
+
+def print_comparison(title: str, before: dict[str, float], after: dict[str, float]) -> None:
+    """Each part's seconds as configured and with the trial setting, and the difference."""
+    keys = [k for k in before if k in after]
+    width = max(len(k) for k in keys)
+    print(f"\n{title}")
+    for key in keys:
+        print(
+            f"  {key:<{width}}  {before[key]:6.2f} s -> {after[key]:6.2f} s  ({after[key] - before[key]:+.2f} s)"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> float:
     """A bare 2-worker fit timed part by part, the floor beside it, then the course's own per-fit work."""
     parser = argparse.ArgumentParser(
         prog="python -m course_utils.bench startup", description=(main.__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--rounds", type=int, default=3, help="fits (and floors) to take the median of")
+    parser.add_argument(
+        "--try",
+        dest="tries",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also time a bare fit with this environment variable set (Ray Train reads RAY_TRAIN_* at fit()), "
+        "alternating with the fit as configured, and print both side by side; repeatable",
+    )
     args = parser.parse_args(argv)
+    trial = parse_tries(args.tries)
 
     import ray
 
@@ -269,21 +306,31 @@ def main(argv: Sequence[str] | None = None) -> float:
 
     session.start_ray(verbose=False, log_to_driver=False)
     print(f"ray: {ray.__version__}\nworkers: {WORKERS}\nrounds: {args.rounds}", flush=True)
-    floors, fits, course = [], [], []
+    floors, fits, course, tried = [], [], [], []
     with tempfile.TemporaryDirectory() as storage_dir:
         for i in range(args.rounds):
             floors.append(floor_once())
             fits.append(bare_fit_once(storage_dir, f"bench-startup-{i}"))
-            print(
-                f"round {i + 1}: fit {fits[-1]['fit: total']:.2f} s, floor {floors[-1]['floor: total']:.2f} s",
-                flush=True,
+            line = (
+                f"round {i + 1}: fit {fits[-1]['fit: total']:.2f} s, floor {floors[-1]['floor: total']:.2f} s"
             )
+            if trial:
+                with temporary_env(trial):
+                    tried.append(bare_fit_once(storage_dir, f"bench-startup-try-{i}"))
+                line += f", fit with {_describe(trial)} {tried[-1]['fit: total']:.2f} s"
+            print(line, flush=True)
     for _ in range(args.rounds):
         course.append(course_fit_once("bench-startup-course"))
     fit_rows, floor_rows, course_rows = _median_rows(fits), _median_rows(floors), _median_rows(course)
     print_table(f"a bare fit, part by part (median of {args.rounds})", fit_rows)
     print_table(f"the floor: {WORKERS} plain actors importing torch (median of {args.rounds})", floor_rows)
     print_table(f"the course's own per-fit work, the same bare loop (median of {args.rounds})", course_rows)
+    if trial:
+        print_comparison(
+            f"a bare fit as configured -> with {_describe(trial)} (median of {args.rounds})",
+            fit_rows,
+            _median_rows(tried),
+        )
     fit_s, floor_s = fit_rows["fit: total"], floor_rows["floor: total"]
     ratio = fit_s / floor_s
     print()

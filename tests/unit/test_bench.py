@@ -105,3 +105,17 @@ def test_fit_timeline_splits_a_fit_into_parts_that_add_up():
     assert rows["fit: total"] == pytest.approx(12.5)
     parts = sum(v for k, v in rows.items() if k != "fit: total")
     assert parts == pytest.approx(rows["fit: total"])
+
+
+def test_startup_try_settings_parse_and_compare(capsys):
+    from course_utils.bench import startup
+
+    assert startup.parse_tries(["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=0.1", "B=x=y"]) == {
+        "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
+        "B": "x=y",
+    }
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        startup.parse_tries(["no-equals"])
+    startup.print_comparison("t", {"fit: total": 16.0, "only before": 1.0}, {"fit: total": 15.0})
+    out = capsys.readouterr().out
+    assert "fit: total   16.00 s ->  15.00 s  (-1.00 s)" in out and "only before" not in out
