@@ -79,7 +79,15 @@ class LessonItem(NotebookItem):
 
 _paths: dict[str, list[str]] = defaultdict(list)
 _outcomes: dict[str, tuple[str, float]] = {}
+_notes: list[str] = []
 _started = time.monotonic()
+
+
+@pytest.fixture
+def summary_note():
+    """``summary_note("...")`` adds a line to the end of the test output (e.g. each workshop learner's
+    lesson times), where pytest's capture does not hide it."""
+    return _notes.append
 
 
 def pytest_collection_modifyitems(items) -> None:
@@ -122,6 +130,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
         if parts:
             more = f"; and {len(parts) - 6} more" if len(parts) > 6 else ""
             terminalreporter.write_line("    " + "; ".join(parts[:6]) + more)
+    for note in _notes:
+        terminalreporter.write_line(note)
     terminalreporter.write_line(f"whole run: {time.monotonic() - _started:.0f} s")
 
 

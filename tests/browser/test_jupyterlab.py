@@ -354,3 +354,74 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report):
 @pytest.mark.path(SHARED)
 def test_lesson_06_left_what_is_not_the_course_s(workshop):  # noqa: F811
     check_others_left_alone(workshop)
+
+
+# One learner of a workshop in their own process (as their own kernel would be): lessons 02, 05 and 06
+# one after the other through nbmake's runner, against the workshop's cluster, storage and data;
+# one JSON line per lesson.
+LEARNER_SESSION = """
+import json, sys, time
+from pathlib import Path
+from tests.notebook_runs import alarming_output, error_text, run_lesson
+
+for name in sys.argv[2:]:
+    started = time.monotonic()
+    result = run_lesson(Path("notebooks") / name, "workshop-" + sys.argv[1], answered=False, timeout_s=900)
+    text = json.dumps(result.nb.cells, default=str)
+    print("LESSON " + json.dumps({
+        "lesson": name, "seconds": round(time.monotonic() - started, 1), "error": error_text(result),
+        "alarming": alarming_output(result.nb, name),
+        "startup_timeout": "startup timed out" in text or "WorkerGroupStartupTimeoutError" in text,
+    }), flush=True)
+"""
+WORKSHOP_LESSONS = ("02_ray_train_migration.ipynb", "05_inference.ipynb", "06_cleanup.ipynb")
+LEARNERS = ("learner1", "learner2", "learner3")
+
+
+@pytest.mark.path(SHARED)
+def test_three_learners_at_once_on_a_cluster_too_small_for_all(workshop, summary_note):  # noqa: F811
+    """Three learners run 02, 05 and 06 at the same moment on the 4-slot cluster (their fits need 6),
+    sharing COURSE_STORAGE and COURSE_DATA: every lesson passes, none shows a worker-startup timeout
+    or a traceback, and the organiser's file and the teammate's run and actor survive."""
+    import subprocess
+    import sys
+
+    slots = workshop["cluster"].head.num_cpus
+    assert 2 * len(LEARNERS) > slots, (
+        f"the cluster's {slots} slots must be fewer than the learners' fits need"
+    )
+    learners = {
+        who: subprocess.Popen(
+            [sys.executable, "-c", LEARNER_SESSION, who, *WORKSHOP_LESSONS],
+            cwd=REPO_ROOT,
+            env={
+                **os.environ,
+                "COURSE_LEARNER": who,
+                "COURSE_PROFILE": os.environ.get("COURSE_TEST_PROFILE", "smoke"),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for who in LEARNERS
+    }
+    runs = {}
+    for who, process in learners.items():
+        out, err = process.communicate(timeout=1800)
+        lessons = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("LESSON ")]
+        assert process.returncode == 0 and len(lessons) == len(WORKSHOP_LESSONS), (
+            f"{who}'s session ended early (exit {process.returncode}):\n{out[-2000:]}\n{err[-4000:]}"
+        )
+        runs[who] = lessons
+        summary_note(
+            f"workshop, {who} (3 learners at once, {slots} slots): "
+            + ", ".join(f"{r['lesson'][:2]} {r['seconds']:.0f} s" for r in lessons)
+        )
+    for who, lessons in runs.items():
+        for r in lessons:
+            assert not r["error"], (
+                f"{who}'s {r['lesson']} failed (build/tests/workshop-{who}/):\n{r['error']}"
+            )
+            assert not r["startup_timeout"], f"{who}'s {r['lesson']} shows a worker-startup timeout"
+            assert not r["alarming"], f"{who}'s {r['lesson']} shows what reads as 'it broke': {r['alarming']}"
+    check_others_left_alone(workshop)
