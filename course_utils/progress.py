@@ -45,10 +45,13 @@ def fit_progress(
         raise ValueError(
             "fit_progress reads the run's ReportLog: add history.ReportLog() to RunConfig(callbacks=[...])."
         )
-    slots.wait_for_slots(trainer.scaling_config)  # a busy shared cluster: one line, not Ray's silence
+    waited = slots.wait_for_slots(
+        trainer.scaling_config
+    )  # a busy shared cluster: one line, not Ray's silence
     fs, folder = history.run_folder(config.storage_path, config.storage_filesystem, config.name)
     before = len(history.read_reports(fs, folder) or [])
     bar = tqdm(total=total, initial=before, desc=desc or config.name, unit="report")
+    bar.slots_waited_s = waited  # what bench workshop reports per learner
     seen = before
 
     def follow() -> None:

@@ -5,7 +5,11 @@ This is the setting a workshop learner has (``tests/workshop.py``: a real ``ray 
 ``RAY_ADDRESS`` and the token, ``COURSE_STORAGE=s3://...`` on moto's server, an organiser's file and
 a teammate's run and actor that lesson 06 must leave alone). The laptop's setting (local Ray, local
 storage) is what ``pytest notebooks`` runs; one browser run covers the browser, the cluster and the
-S3 paths together, as one workshop learner does.
+S3 paths together, as one workshop learner does. While the browser runs lessons 02, 05 and 06, two
+more learners (their own driver processes, ``COURSE_LEARNER`` learner2 and learner3) run the same
+lesson at the same moment on the same 4-slot cluster, storage and MNIST copy, so three fits want 6
+slots: every one of those runs must pass without a worker-startup timeout or a traceback, and each
+learner's times end the test output.
 
 ``./build.sh lab`` is started headless (127.0.0.1, a token, a free port) on copies of the lessons
 in ``build/browser/notebooks`` (the committed notebooks stay without outputs). Debian's Chromium,
@@ -32,6 +36,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -252,9 +257,67 @@ def _element_screenshot(page, element, path: Path) -> None:
     element.screenshot(path=str(path))
 
 
+# While the browser's learner runs lessons 02, 05 and 06, two more learners of the workshop run the same
+# lesson at the same moment, each in a process of their own (as their own kernel would be), through
+# nbmake's runner, against the same cluster, storage and MNIST copy: three learners whose fits need 6
+# slots on the workshop's 4. One JSON line per lesson.
+OTHER_LEARNERS = ("learner2", "learner3")
+AT_ONCE = {"02_ray_train_migration", "05_inference", "06_cleanup"}
+LEARNER_SESSION = """
+import json, sys, time
+from pathlib import Path
+from tests.notebook_runs import alarming_output, error_text, run_lesson
+
+name = sys.argv[2]
+started = time.monotonic()
+result = run_lesson(Path("notebooks") / name, "workshop-" + sys.argv[1], answered=False, timeout_s=900)
+text = json.dumps(result.nb.cells, default=str)
+print("LESSON " + json.dumps({
+    "seconds": round(time.monotonic() - started, 1), "error": error_text(result),
+    "alarming": alarming_output(result.nb, name),
+    "startup_timeout": "startup timed out" in text or "WorkerGroupStartupTimeoutError" in text,
+}), flush=True)
+"""
+
+
+def _start_other_learners(lesson: Path) -> dict[str, subprocess.Popen]:
+    """Learners 2 and 3 start ``lesson`` now, beside the browser's learner."""
+    if lesson.stem not in AT_ONCE:
+        return {}
+    return {
+        who: subprocess.Popen(
+            [sys.executable, "-c", LEARNER_SESSION, who, lesson.name],
+            cwd=REPO_ROOT,
+            env={
+                **os.environ,
+                "COURSE_LEARNER": who,
+                "COURSE_PROFILE": os.environ.get("COURSE_TEST_PROFILE", "smoke"),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for who in OTHER_LEARNERS
+    }
+
+
+def _other_learners_results(learners: dict[str, subprocess.Popen], lesson: Path) -> dict[str, dict]:
+    """Each other learner's run of ``lesson``; a session that ended without a result fails here."""
+    results = {}
+    for who, process in learners.items():
+        out, err = process.communicate(timeout=1800)
+        line = next((x for x in out.splitlines() if x.startswith("LESSON ")), None)
+        assert process.returncode == 0 and line, (
+            f"{who}'s {lesson.name} ended without a result (exit {process.returncode}):\n{out[-2000:]}\n{err[-4000:]}"
+        )
+        results[who] = json.loads(line[7:])
+    return results
+
+
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
-def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report):
+def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report, workshop, summary_note):  # noqa: F811
     name = lesson.name
+    others = _start_other_learners(lesson)
     saved = lab.root / name
     requests: list[str] = []
     console_errors: list[str] = []
@@ -295,6 +358,8 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report):
             _element_screenshot(page, page.locator(selector).first, OUT / f"{lesson.stem}-{kind}.png")
     except Exception:
         page.screenshot(path=str(OUT / f"{lesson.stem}-failed.png"))
+        for process in others.values():  # the other learners' sessions end with this lesson's failure
+            process.kill()
         raise
     finally:
         # Each lesson's kernel (and the Ray it started) ends before the next lesson opens.
@@ -302,6 +367,21 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report):
             lab.api(f"/api/sessions/{session['id']}", method="DELETE")
         context.close()
 
+    if others:
+        together = _other_learners_results(others, lesson)
+        summary_note(
+            f"workshop, 3 learners at once on {workshop['cluster'].head.num_cpus} slots, {lesson.stem}: browser "
+            f"{ran_s:.0f} s, " + ", ".join(f"{who} {r['seconds']:.0f} s" for who, r in together.items())
+        )
+        for who, r in together.items():
+            assert not r["error"], (
+                f"{who}'s {name}, beside the browser's, failed (build/tests/workshop-{who}/):\n{r['error']}"
+            )
+            assert not r["startup_timeout"], f"{who}'s {name} shows a worker-startup timeout"
+            assert not r["alarming"], f"{who}'s {name} shows what reads as 'it broke': {r['alarming']}"
+        assert "startup timed out" not in saved.read_text(), (
+            f"the browser's {name} shows a worker-startup timeout"
+        )
     nb = json.loads(saved.read_text())
     cells = _code_cells(nb)
     outputs = _outputs(nb)
@@ -353,75 +433,4 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report):
 
 @pytest.mark.path(SHARED)
 def test_lesson_06_left_what_is_not_the_course_s(workshop):  # noqa: F811
-    check_others_left_alone(workshop)
-
-
-# One learner of a workshop in their own process (as their own kernel would be): lessons 02, 05 and 06
-# one after the other through nbmake's runner, against the workshop's cluster, storage and data;
-# one JSON line per lesson.
-LEARNER_SESSION = """
-import json, sys, time
-from pathlib import Path
-from tests.notebook_runs import alarming_output, error_text, run_lesson
-
-for name in sys.argv[2:]:
-    started = time.monotonic()
-    result = run_lesson(Path("notebooks") / name, "workshop-" + sys.argv[1], answered=False, timeout_s=900)
-    text = json.dumps(result.nb.cells, default=str)
-    print("LESSON " + json.dumps({
-        "lesson": name, "seconds": round(time.monotonic() - started, 1), "error": error_text(result),
-        "alarming": alarming_output(result.nb, name),
-        "startup_timeout": "startup timed out" in text or "WorkerGroupStartupTimeoutError" in text,
-    }), flush=True)
-"""
-WORKSHOP_LESSONS = ("02_ray_train_migration.ipynb", "05_inference.ipynb", "06_cleanup.ipynb")
-LEARNERS = ("learner1", "learner2", "learner3")
-
-
-@pytest.mark.path(SHARED)
-def test_three_learners_at_once_on_a_cluster_too_small_for_all(workshop, summary_note):  # noqa: F811
-    """Three learners run 02, 05 and 06 at the same moment on the 4-slot cluster (their fits need 6),
-    sharing COURSE_STORAGE and COURSE_DATA: every lesson passes, none shows a worker-startup timeout
-    or a traceback, and the organiser's file and the teammate's run and actor survive."""
-    import subprocess
-    import sys
-
-    slots = workshop["cluster"].head.num_cpus
-    assert 2 * len(LEARNERS) > slots, (
-        f"the cluster's {slots} slots must be fewer than the learners' fits need"
-    )
-    learners = {
-        who: subprocess.Popen(
-            [sys.executable, "-c", LEARNER_SESSION, who, *WORKSHOP_LESSONS],
-            cwd=REPO_ROOT,
-            env={
-                **os.environ,
-                "COURSE_LEARNER": who,
-                "COURSE_PROFILE": os.environ.get("COURSE_TEST_PROFILE", "smoke"),
-            },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for who in LEARNERS
-    }
-    runs = {}
-    for who, process in learners.items():
-        out, err = process.communicate(timeout=1800)
-        lessons = [json.loads(line[7:]) for line in out.splitlines() if line.startswith("LESSON ")]
-        assert process.returncode == 0 and len(lessons) == len(WORKSHOP_LESSONS), (
-            f"{who}'s session ended early (exit {process.returncode}):\n{out[-2000:]}\n{err[-4000:]}"
-        )
-        runs[who] = lessons
-        summary_note(
-            f"workshop, {who} (3 learners at once, {slots} slots): "
-            + ", ".join(f"{r['lesson'][:2]} {r['seconds']:.0f} s" for r in lessons)
-        )
-    for who, lessons in runs.items():
-        for r in lessons:
-            assert not r["error"], (
-                f"{who}'s {r['lesson']} failed (build/tests/workshop-{who}/):\n{r['error']}"
-            )
-            assert not r["startup_timeout"], f"{who}'s {r['lesson']} shows a worker-startup timeout"
-            assert not r["alarming"], f"{who}'s {r['lesson']} shows what reads as 'it broke': {r['alarming']}"
     check_others_left_alone(workshop)

@@ -24,6 +24,7 @@ OPTIONS = {
     "validation": "--test-size",
     "inference": "--pool-size",
     "startup": "--rounds",
+    "workshop": "--counts",
 }
 
 
@@ -119,3 +120,22 @@ def test_startup_try_settings_parse_and_compare(capsys):
     startup.print_comparison("t", {"fit: total": 16.0, "only before": 1.0}, {"fit: total": 15.0})
     out = capsys.readouterr().out
     assert "fit: total   16.00 s ->  15.00 s  (-1.00 s)" in out and "only before" not in out
+
+
+def test_workshop_bench_fails_in_plain_words_when_a_learner_fails(monkeypatch):
+    import subprocess
+
+    from course_utils.bench import workshop
+
+    class Failed:
+        returncode = 1
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def communicate(self, timeout=None):
+            return "", "ConnectionError: the cluster refused this driver"
+
+    monkeypatch.setattr(subprocess, "Popen", Failed)
+    with pytest.raises(RuntimeError, match=r"learner 1 of 2 failed \(exit 1\):\nConnectionError"):
+        workshop.run_round(2, 1, {})

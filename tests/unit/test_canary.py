@@ -121,6 +121,11 @@ BUILT = {
     "async_wait_per_save_s": "{mode}_wait_per_save_s",
     "sync_checkpoint_overhead_pct": "{mode}_checkpoint_overhead_pct",
     "async_checkpoint_overhead_pct": "{mode}_checkpoint_overhead_pct",
+    "mean_wall_s_at_1_learners": "mean_wall_s_at_{n}_learners",
+    "mean_wall_s_at_4_learners": "mean_wall_s_at_{n}_learners",
+    "slowdown_at_2_learners": "slowdown_at_{n}_learners",
+    "slowdown_at_3_learners": "slowdown_at_{n}_learners",
+    "slowdown_at_4_learners": "slowdown_at_{n}_learners",
 }
 
 
