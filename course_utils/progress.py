@@ -9,6 +9,7 @@ accuracy. A restored run starts the bar at the reports its earlier trainers made
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,8 @@ from tqdm.auto import tqdm
 
 from course_utils import history, polling, slots
 
-SHOWN = ("train_loss", "accuracy", "step", "world_size")  # what the bar's postfix shows, when reported
+SHOWN = ("train_loss", "accuracy", "step", "world_size")
+WAIT_CHECK_S = 3.0  # before the first report, how often to ask whether the run waits for slots  # what the bar's postfix shows, when reported
 
 
 def _postfix(row: dict[str, Any]) -> dict[str, Any]:
@@ -53,6 +55,10 @@ def fit_progress(
     bar = tqdm(total=total, initial=before, desc=desc or config.name, unit="report")
     bar.slots_waited_s = waited  # what bench workshop reports per learner
     seen = before
+    label = bar.desc
+    started = time.monotonic()
+    checked = [started]  # when the placement group was last looked at
+    pending: list[float] = []  # when a look found the run waiting for slots
 
     def follow() -> None:
         nonlocal seen
@@ -61,12 +67,30 @@ def fit_progress(
         except OSError:  # caught mid-rewrite (S3 moves are copy + delete): the next poll reads it
             rows = []
         if len(rows) > seen:
+            if bar.desc != label:
+                bar.set_description_str(label)
             bar.update(len(rows) - seen)
             bar.set_postfix(_postfix(rows[-1]))
             seen = len(rows)
+        elif seen == before and time.monotonic() - checked[0] >= WAIT_CHECK_S:
+            # No report yet: is the run waiting for slots other runs hold (learners who asked at once)?
+            checked[0] = time.monotonic()
+            need = slots.pending_need()
+            if need:
+                import ray
+
+                pending.append(checked[0])
+                line = slots.waiting_line(
+                    need, ray.available_resources(), ray.cluster_resources(), checked[0] - started
+                )
+                bar.set_description_str(line, refresh=True)
+            elif need is not None and bar.desc != label:
+                bar.set_description_str(label, refresh=True)
 
     try:
         with polling.every(follow, every_s, "fit-progress"):
             yield bar
     finally:
+        if pending:  # waited inside fit() too: from the first look that saw it to one interval after the last
+            bar.slots_waited_s = waited + pending[-1] - pending[0] + WAIT_CHECK_S
         bar.close()

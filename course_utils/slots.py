@@ -5,6 +5,11 @@ that moment. Ray Train then waits for them without a word to the learner. ``wait
 called by ``progress.fit_progress`` before ``fit()``, says it first, on one line it updates while
 it waits: how many slots the run needs, how many are free, and that the run starts when other
 runs finish. An elastic run needs only its minimum.
+
+Learners who start at the same moment all find the slots free, and the last to ask then waits
+inside ``fit()`` for its placement group (Ray Train's reservation of the workers' slots).
+``pending_need`` finds such a wait through Ray's state API (this job's placement groups still
+PENDING), so ``fit_progress`` can show the same line while the fit waits.
 """
 
 from __future__ import annotations
@@ -87,3 +92,32 @@ def wait_for_slots(
         return waited
     finally:
         bar.close()
+
+
+def pending_need() -> dict[str, float] | None:
+    """The resources of this job's placement groups still waiting for slots (Ray's state API:
+    ``PENDING`` groups whose creator is this driver's job, which Ray Train's controller is part of);
+    ``{}`` when none waits, None when the state API cannot answer (no dashboard)."""
+    import ray
+    from ray.util.state import list_placement_groups
+
+    from course_utils.session import StateApiUnavailable, _state_address
+
+    try:
+        groups = list_placement_groups(
+            address=_state_address(),
+            filters=[
+                ("state", "=", "PENDING"),
+                ("creator_job_id", "=", ray.get_runtime_context().get_job_id()),
+            ],
+            detail=True,
+            raise_on_missing_output=False,
+        )
+    except (StateApiUnavailable, Exception):  # a state API that cannot answer just means: no line
+        return None
+    need: dict[str, float] = {}
+    for group in groups:
+        for bundle in group.bundles or []:
+            for name, amount in (bundle.get("unit_resources") or {}).items():
+                need[name] = need.get(name, 0.0) + float(amount)
+    return need

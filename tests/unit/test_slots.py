@@ -68,3 +68,57 @@ def test_slots_a_finished_run_gives_back_a_moment_later_are_waited_for_quietly(c
         total=lambda: {"CPU": 4.0},
     )
     assert 0 < waited < 5 and capsys.readouterr().err == ""
+
+
+def test_pending_placement_groups_of_this_job_are_what_the_run_waits_for(monkeypatch):
+    import ray.util.state
+
+    from course_utils import session
+
+    seen = {}
+
+    class Group:
+        bundles = [{"unit_resources": {"CPU": 1.0}}, {"unit_resources": {"CPU": 1.0}}]
+
+    def fake_list(**kwargs):
+        seen.update(kwargs)
+        return [Group()]
+
+    monkeypatch.setattr(session, "_state_address", lambda: "127.0.0.1:6379")
+    monkeypatch.setattr(ray.util.state, "list_placement_groups", fake_list)
+    monkeypatch.setattr(
+        ray, "get_runtime_context", lambda: type("C", (), {"get_job_id": lambda self: "05000000"})()
+    )
+    assert slots.pending_need() == {"CPU": 2.0}
+    assert ("state", "=", "PENDING") in seen["filters"] and ("creator_job_id", "=", "05000000") in seen[
+        "filters"
+    ]
+
+    def no_dashboard():
+        raise session.StateApiUnavailable("no dashboard")
+
+    monkeypatch.setattr(session, "_state_address", no_dashboard)
+    assert slots.pending_need() is None  # no line, no error
+
+
+def test_fit_progress_shows_the_waiting_line_while_fit_waits_for_its_placement_group(tmp_path, monkeypatch):
+    import time
+
+    import ray
+    from ray.train import RunConfig
+
+    from course_utils import progress
+    from course_utils.history import ReportLog
+
+    class Trainer:
+        run_config = RunConfig(name="run", storage_path=str(tmp_path), callbacks=[ReportLog()])
+        scaling_config = ScalingConfig(num_workers=2)
+
+    monkeypatch.setattr(progress, "WAIT_CHECK_S", 0.05)
+    monkeypatch.setattr(slots, "pending_need", lambda: {"CPU": 2.0})
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 0.0})
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 4.0})
+    with progress.fit_progress(Trainer(), total=1, every_s=0.02) as bar:
+        time.sleep(0.3)
+        assert bar.desc.startswith("waiting for 2 CPU slots: 0 of 4 free")
+    assert bar.slots_waited_s > 0
