@@ -42,15 +42,20 @@ def test_free_at_once_is_silent(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_a_busy_cluster_gets_one_updated_line_until_the_slots_free(capsys):
-    readings = iter([{"CPU": 0.0}, {"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 3.0}])
-    waited = slots.wait_for_slots(
-        ScalingConfig(num_workers=2),
+def _wait(workers: int, cpus_free: list[float], quiet_s: float) -> float:
+    """wait_for_slots on a 4-CPU cluster whose free CPUs read ``cpus_free`` one poll after another."""
+    readings = iter({"CPU": cpus} for cpus in cpus_free)
+    return slots.wait_for_slots(
+        ScalingConfig(num_workers=workers),
         poll_s=0.01,
-        quiet_s=0,
+        quiet_s=quiet_s,
         free=lambda: next(readings),
         total=lambda: {"CPU": 4.0},
     )
+
+
+def test_a_busy_cluster_gets_one_updated_line_until_the_slots_free(capsys):
+    waited = _wait(2, [0.0, 1.0, 1.0, 3.0], quiet_s=0)
     err = capsys.readouterr().err
     assert waited > 0
     assert "waiting for 2 CPU slots: 0 of 4 free" in err and "1 of 4 free" in err
@@ -59,14 +64,7 @@ def test_a_busy_cluster_gets_one_updated_line_until_the_slots_free(capsys):
 
 
 def test_slots_a_finished_run_gives_back_a_moment_later_are_waited_for_quietly(capsys):
-    readings = iter([{"CPU": 2.0}, {"CPU": 2.0}, {"CPU": 4.0}])
-    waited = slots.wait_for_slots(
-        ScalingConfig(num_workers=4),
-        poll_s=0.01,
-        quiet_s=5,
-        free=lambda: next(readings),
-        total=lambda: {"CPU": 4.0},
-    )
+    waited = _wait(4, [2.0, 2.0, 4.0], quiet_s=5)
     assert 0 < waited < 5 and capsys.readouterr().err == ""
 
 
