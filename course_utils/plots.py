@@ -75,7 +75,8 @@ def prediction_grid(
     """Digits with predicted vs true labels, wrong ones in red."""
     n = len(images)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.1, rows * 1.4), squeeze=False)
+    # Two-line titles need the height: at 1.4 in a row they ran into the digits of the row above.
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 1.1, rows * 1.8), squeeze=False)
     for i, ax in enumerate(axes.flat):
         ax.axis("off")
         if i < n:
