@@ -167,3 +167,54 @@ def test_inside_messages():
         return path != root and str(path).startswith(str(root))
 
     assert "climbs out" in _message(checks.check_inside, no_root_but_prefix)
+
+
+def test_batch_predictor_mistakes_are_named_in_plain_words():
+    import numpy as np
+
+    labels = np.array([3, 1, 2])
+    expected, confidence = np.array([3, 1, 7]), np.array([0.9, 0.8, 0.6])
+    right = {"label": labels, "prediction": expected, "confidence": confidence}
+    assert checks.predictor_problems(right, labels, expected, confidence) == []
+    shuffled = {k: v[[2, 0, 1]] for k, v in right.items()}  # rows may come back in any order
+    assert checks.predictor_problems(shuffled, labels, expected, confidence) == []
+    assert (
+        "logits"
+        in checks.predictor_problems(
+            {**right, "confidence": np.array([4.0, -1.0, 2.0])}, labels, expected, confidence
+        )[0]
+    )
+    assert (
+        "pass the batch's labels through"
+        in checks.predictor_problems(
+            {"prediction": expected, "confidence": confidence}, labels, expected, confidence
+        )[0]
+    )
+    assert (
+        "differ from the model's"
+        in checks.predictor_problems(
+            {**right, "prediction": np.array([3, 1, 2])}, labels, expected, confidence
+        )[0]
+    )
+    assert (
+        "softmax probability"
+        in checks.predictor_problems(
+            {**right, "confidence": np.array([0.5, 0.5, 0.5])}, labels, expected, confidence
+        )[0]
+    )
+    assert "no rows" in checks.predictor_problems(None, labels, expected, confidence)[0]
+
+
+def test_batch_predictor_must_be_a_class_with_call():
+    def predictor(batch):
+        return batch
+
+    with pytest.raises(checks.ExerciseError, match="needs a class"):
+        checks.check_batch_predictor(predictor, None, [], [])
+
+    class NoCall:
+        def __init__(self, model):
+            pass
+
+    with pytest.raises(checks.ExerciseError, match="needs a class"):
+        checks.check_batch_predictor(NoCall, None, [], [])
