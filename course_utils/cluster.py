@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course_utils import rayinternals
+from course_utils import rayinternals, session
 
 
 @dataclass
@@ -100,6 +100,9 @@ class LocalCluster:
             # A raylet waits for its node's agents (Python processes) to start; on a busy laptop
             # they can miss the default deadline and the node aborts. Give them longer.
             "RAY_agent_register_timeout_ms": "120000",
+            # The raylet's "Spilled N MiB ..." line reaches every driver as red output (lesson 03's shuffle
+            # spills on a small node); the spilling itself is in the node's logs. A host does the same.
+            **session.RAYLET_ENV,
         }
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env

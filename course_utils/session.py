@@ -50,6 +50,13 @@ SMOKE_ENV = {
 }
 
 
+# The raylet's own settings (read when a node starts): its "Spilled N MiB, M objects, write throughput ..."
+# line, sent to every driver's output whenever the object store spills (lesson 03's shuffle on a small
+# node), stays in the node's log. start_ray sets it for the local Ray it starts; a host starting a
+# cluster sets it on `ray start` (README), as course_utils.cluster.LocalCluster does.
+RAYLET_ENV = {"RAY_verbose_spill_logs": "0"}
+
+
 class StateApiUnavailable(RuntimeError):
     """Ray's state API cannot answer because the dashboard that serves it is not running."""
 
@@ -287,6 +294,8 @@ def start_ray(
             # runtime_env: with one, the raylet starts every worker through setup_worker.py, a
             # second Python start-up per worker (batch inference started 1.3 s later, every fit later).
             os.environ.setdefault(rayinternals.worker_setup_hook_env_var(), logs.WORKER_SETUP_HOOK)
+            for key, value in RAYLET_ENV.items():
+                os.environ.setdefault(key, value)  # the raylet this ray.init starts reads it
             cpus = num_cpus or max(os.cpu_count() or 1, LOCAL_MIN_CPUS)
             init_kwargs.setdefault("dashboard_host", "127.0.0.1")
             # "local": always a new Ray of our own. Without it ray.init() joins whatever cluster
