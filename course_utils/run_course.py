@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -141,16 +142,33 @@ def write_index(out_dir: Path, runs: list[LessonRun]) -> Path:
     return index
 
 
-TABLE_HEADER = "| lesson | seconds | result | first error line |"
+TABLE_HEADER = "| lesson | seconds | result | first error line | last run |"
+TIMES_FILE = "course-times.json"  # in the output folder: each lesson's seconds when it last passed
 
 
-def format_table(runs: list[LessonRun]) -> str:
-    """The run's last lines: a Markdown table, one row per lesson (``ok`` or ``FAILED`` and the
-    first error line). ``course_utils.canary.parse_course_table`` reads it back."""
-    rows = [TABLE_HEADER, "|---|---:|---|---|"]
+def previous_times(out_dir: Path) -> dict[str, float]:
+    """Each lesson's seconds from the last run that passed it here (``{}`` on a first run)."""
+    try:
+        return {k: float(v) for k, v in json.loads((out_dir / TIMES_FILE).read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def record_times(out_dir: Path, runs: list[LessonRun], before: dict[str, float]) -> None:
+    """Keep this run's seconds for every lesson that passed (the others keep their last ones)."""
+    times = dict(before, **{r.name: round(r.seconds, 1) for r in runs if r.ok and r.seconds is not None})
+    (out_dir / TIMES_FILE).write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+
+
+def format_table(runs: list[LessonRun], before: dict[str, float] | None = None) -> str:
+    """The run's last lines: a Markdown table, one row per lesson (``ok`` or ``FAILED``, the first
+    error line, and the seconds of the last run that passed it here, to compare before and after a
+    change). ``course_utils.canary.parse_course_table`` reads it back."""
+    rows = [TABLE_HEADER, "|---|---:|---|---|---:|"]
     for r in runs:
         seconds = "" if r.seconds is None else f"{r.seconds:.0f}"
-        rows.append(f"| {r.name} | {seconds} | {'ok' if r.ok else 'FAILED'} | {r.error or ''} |")
+        last = "" if not before or r.name not in before else f"{before[r.name]:.0f}"
+        rows.append(f"| {r.name} | {seconds} | {'ok' if r.ok else 'FAILED'} | {r.error or ''} | {last} |")
     return "\n".join(rows)
 
 
@@ -184,11 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out_dir = (args.out or build_root()).resolve()
     print(f"Running the course in the {profile_name()} profile; executed copies go to {out_dir}")
+    before = previous_times(out_dir)
     runs = run_lessons(lessons(args.only), out_dir, args.timeout)
     index = write_index(out_dir, runs)
+    record_times(out_dir, runs, before)
     total = sum(r.seconds or 0 for r in runs)
     failed = [r.name for r in runs if not r.ok]
-    print(f"\n{format_table(runs)}\n")
+    print(f"\n{format_table(runs, before)}\n")
     print(f"total: {total / 60:.1f} min; index: {index}")
     if failed:
         print(f"{len(failed)} of {len(runs)} lessons FAILED: {', '.join(failed)}")

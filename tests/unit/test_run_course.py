@@ -1,6 +1,7 @@
 """./build.sh course attempts every lesson even when one fails, ends with one table, and exits 1 on
 any failure. ``execute`` is replaced by a fake: no kernel, no Ray."""
 
+import json
 from pathlib import Path
 
 import nbformat
@@ -31,10 +32,10 @@ def test_every_lesson_runs_after_a_failure_and_the_run_exits_1(monkeypatch, tmp_
     assert "2 of 4 lessons FAILED" in out
     table = out[out.index(run_course.TABLE_HEADER) :].splitlines()
     assert table[2:6] == [
-        f"| {run_course.lessons(['01'])[0].stem} | 12 | ok |  |",
-        f"| {run_course.lessons(['02'])[0].stem} | 40 | FAILED | 06. Fit: ValueError: boom |",
-        f"| {run_course.lessons(['03'])[0].stem} | 12 | ok |  |",
-        f"| {run_course.lessons(['04'])[0].stem} |  | FAILED | OSError: kernel died |",
+        f"| {run_course.lessons(['01'])[0].stem} | 12 | ok |  |  |",
+        f"| {run_course.lessons(['02'])[0].stem} | 40 | FAILED | 06. Fit: ValueError: boom |  |",
+        f"| {run_course.lessons(['03'])[0].stem} | 12 | ok |  |  |",
+        f"| {run_course.lessons(['04'])[0].stem} |  | FAILED | OSError: kernel died |  |",
     ]
     page = (tmp_path / "index.html").read_text()
     assert "06. Fit: ValueError: boom" in page and "2 of 4 lessons passed, 2 FAILED" in page
@@ -45,6 +46,20 @@ def test_a_clean_run_exits_0(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(run_course, "execute", execute)
     assert run_course.main(["01", "02", "--out", str(tmp_path)]) == 0 and calls == ["01", "02"]
     assert "FAILED" not in capsys.readouterr().out
+
+
+def test_the_table_shows_each_lessons_last_passing_run_beside_this_one(monkeypatch, tmp_path, capsys):
+    from course_utils import canary
+
+    first = run_course.lessons(["01"])[0].stem
+    (tmp_path / run_course.TIMES_FILE).write_text(json.dumps({first: 30.4}))
+    execute, _ = _fake_execute({})
+    monkeypatch.setattr(run_course, "execute", execute)
+    run_course.main(["01", "02", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert f"| {first} | 12 | ok |  | 30 |" in out  # this run 12 s, the last one 30 s
+    assert [lesson.seconds for lesson in canary.parse_course_table(out)] == [12.0, 12.0]  # still parsed
+    assert run_course.previous_times(tmp_path)[first] == 12.0  # the next run compares with this one
 
 
 def test_first_error_line_names_the_failing_section_and_skips_cells_failing_on_purpose():
