@@ -17,8 +17,8 @@ from tqdm.auto import tqdm
 
 from course_utils import history, polling, slots
 
-SHOWN = ("train_loss", "accuracy", "step", "world_size")
-WAIT_CHECK_S = 3.0  # before the first report, how often to ask whether the run waits for slots  # what the bar's postfix shows, when reported
+SHOWN = ("train_loss", "accuracy", "step", "world_size")  # what the bar's postfix shows, when reported
+WAIT_CHECK_S = 3.0  # before the first report, how often to ask whether the run waits for slots
 
 
 def _postfix(row: dict[str, Any]) -> dict[str, Any]:
@@ -47,9 +47,8 @@ def fit_progress(
         raise ValueError(
             "fit_progress reads the run's ReportLog: add history.ReportLog() to RunConfig(callbacks=[...])."
         )
-    waited = slots.wait_for_slots(
-        trainer.scaling_config
-    )  # a busy shared cluster: one line, not Ray's silence
+    # A busy shared cluster: one line, not Ray's silence.
+    waited = slots.wait_for_slots(trainer.scaling_config)
     fs, folder = history.run_folder(config.storage_path, config.storage_filesystem, config.name)
     before = len(history.read_reports(fs, folder) or [])
     bar = tqdm(total=total, initial=before, desc=desc or config.name, unit="report")
@@ -57,11 +56,11 @@ def fit_progress(
     seen = before
     label = bar.desc
     started = time.monotonic()
-    checked = [started]  # when the placement group was last looked at
+    checked = started  # when the placement group was last looked at
     pending: list[float] = []  # when a look found the run waiting for slots
 
     def follow() -> None:
-        nonlocal seen
+        nonlocal seen, checked
         try:
             rows = history.read_reports(fs, folder) or []
         except OSError:  # caught mid-rewrite (S3 moves are copy + delete): the next poll reads it
@@ -72,16 +71,16 @@ def fit_progress(
             bar.update(len(rows) - seen)
             bar.set_postfix(_postfix(rows[-1]))
             seen = len(rows)
-        elif seen == before and time.monotonic() - checked[0] >= WAIT_CHECK_S:
+        elif seen == before and time.monotonic() - checked >= WAIT_CHECK_S:
             # No report yet: is the run waiting for slots other runs hold (learners who asked at once)?
-            checked[0] = time.monotonic()
+            checked = time.monotonic()
             need = slots.pending_need()
             if need:
                 import ray
 
-                pending.append(checked[0])
+                pending.append(checked)
                 line = slots.waiting_line(
-                    need, ray.available_resources(), ray.cluster_resources(), checked[0] - started
+                    need, ray.available_resources(), ray.cluster_resources(), checked - started
                 )
                 bar.set_description_str(line, refresh=True)
             elif need is not None and bar.desc != label:

@@ -8,7 +8,7 @@ the same prefix, and a teammate (another learner, another driver process on the 
 
 The cluster is a real ``ray start --head`` (with its dashboard, as a plain ``ray start`` has) on
 a loopback address of its own; S3 is moto's server on loopback; MNIST lives in a folder of the
-workshop's own (``COURSE_DATA``), which lesson 06 may empty. ``tests/browser`` runs every lesson
+workshop's own (``COURSE_DATA``), shared by every learner and kept by lesson 06. ``tests/browser`` runs every lesson
 from JupyterLab in this setting (``workshop`` is a module fixture: import it there).
 """
 
