@@ -124,22 +124,21 @@ def training_state(
 
 
 @contextlib.contextmanager
-def rank0_checkpoint(
-    rank: int, state: dict[str, Any], *, before_commit: Callable[[], None] | None = None
-) -> Iterator[Any]:
+def rank0_checkpoint(rank: int, state: dict[str, Any] | Path | None) -> Iterator[Any]:
     """On rank 0, ``state`` as a ``ray.train.Checkpoint`` in a fresh temp dir; ``None`` elsewhere.
 
     Use it around ``ray.train.report(metrics, checkpoint=checkpoint)``: every rank reports
     (``report`` is a barrier), only rank 0 attaches a checkpoint (all ranks hold the same
     weights), and the temp dir is removed once ``report`` has copied it to storage.
-    ``before_commit`` is passed to ``write_checkpoint_dir`` (fault injection, lesson 04).
+    ``state`` may also be a folder ``write_checkpoint_dir`` already wrote (lesson 04 writes its own,
+    to crash in the middle of writing); other ranks may pass ``None``.
     """
     import ray.train
 
     if rank != 0:
         yield None
         return
-    directory = write_checkpoint_dir(state, before_commit=before_commit)
+    directory = state if isinstance(state, Path) else write_checkpoint_dir(state)
     try:
         yield ray.train.Checkpoint.from_directory(str(directory))
     finally:

@@ -216,7 +216,8 @@ def train_loop_mid_epoch(config: dict[str, Any]) -> None:
                 checkpoint_upload_fn=write_then_upload,
             )
         else:  # synchronous: written, loaded back and uploaded before report returns
-            with checkpoints.rank0_checkpoint(rank, state, before_commit=crash_while_writing) as checkpoint:
+            written = checkpoints.write_checkpoint_dir(state, before_commit=crash_while_writing) if rank == 0 else None
+            with checkpoints.rank0_checkpoint(rank, written) as checkpoint:
                 ray.train.report(dict(row), checkpoint=checkpoint)
         # what training waited; travels in the next checkpoint
         row["checkpoint_s"] = time.perf_counter() - start

@@ -82,14 +82,19 @@ def test_rank0_checkpoint_only_on_rank_0_and_gone_after_report():
     assert not folder.exists(), "the temp dir is removed once report has copied it"
 
 
-def test_rank0_checkpoint_never_yields_a_half_written_checkpoint():
+def test_rank0_checkpoint_never_yields_a_half_written_checkpoint(tmp_path):
     def crash():
         raise RuntimeError("died while writing")
 
     state = checkpoints.training_state(build_resnet18(), None, 0, [])
-    with pytest.raises(RuntimeError, match="died while writing"):
-        with checkpoints.rank0_checkpoint(0, state, before_commit=crash):
-            pytest.fail("the block must not run with a half-written checkpoint")
+    with pytest.raises(RuntimeError, match="died while writing"):  # lesson 04's crash inside the write
+        checkpoints.write_checkpoint_dir(state, tmp_path / "crashed", before_commit=crash)
+    assert [p.name for p in (tmp_path / "crashed").iterdir()] == [checkpoints.STATE_FILE + ".partial"]
+    written = checkpoints.write_checkpoint_dir(state, tmp_path / "whole")
+    with checkpoints.rank0_checkpoint(0, written) as checkpoint:  # a folder already written is reported as is
+        assert Path(checkpoint.path) == written
+        assert checkpoints.load_state(checkpoint)["epoch"] == 0
+    assert not written.exists(), "removed once report has copied it, like a folder rank0_checkpoint wrote"
 
 
 def test_save_wait_times_both_ways_and_leaves_nothing_behind(tmp_path):
