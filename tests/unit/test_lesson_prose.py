@@ -67,3 +67,58 @@ def test_lesson_prose_states_no_measured_figure(lesson):
         f"{lesson.name}: figures typed into prose (print them from the cell that measures, or say where "
         "they were measured):\n  " + "\n  ".join(found)
     )
+
+
+# ------------------------------------------------ one idea at a time (issue 20, item 4)
+
+MAIN_PATH_WORDS = 1800  # a lesson's prose before its "Going further" part
+CELL_WORDS = 250  # any one markdown cell
+GOING_FURTHER = re.compile(r"^#+ .*going further", re.IGNORECASE)
+
+
+def prose_words(markdown: str) -> int:
+    """Words a learner reads in a markdown cell: fenced code is not prose, everything else is."""
+    return len(re.findall(r"\S+", re.sub(r"```.*?```", " ", markdown, flags=re.DOTALL)))
+
+
+def main_path_and_going_further(cells: list[dict]) -> tuple[list[str], list[str]]:
+    """The lesson's markdown split at its first "Going further" heading (the optional part at the end)."""
+    main, further = [], []
+    for cell in cells:
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"])
+        if further or GOING_FURTHER.match(text.lstrip()):
+            further.append(text)
+        else:
+            main.append(text)
+    return main, further
+
+
+def test_prose_words_skip_code_and_split_at_going_further():
+    cells = [
+        {"cell_type": "markdown", "source": ["## 01 · A\n", "two words\n", "```python\nx = 1 + 2\n```"]},
+        {"cell_type": "code", "source": ["print('not prose')"]},
+        {"cell_type": "markdown", "source": ["## 09 · Going further: more\n", "depth"]},
+        {"cell_type": "markdown", "source": ["**Next:** lesson"]},
+    ]
+    main, further = main_path_and_going_further(cells)
+    assert [prose_words(m) for m in main] == [6]
+    assert [prose_words(m) for m in further] == [7, 2]
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
+def test_lesson_main_path_is_short_and_no_cell_is_long(lesson):
+    cells = json.loads(lesson.read_text())["cells"]
+    main, further = main_path_and_going_further(cells)
+    words = sum(prose_words(m) for m in main)
+    long_cells = [
+        f"{prose_words(m)} words: {m.strip().splitlines()[0][:80]!r}"
+        for m in main + further
+        if prose_words(m) > CELL_WORDS
+    ]
+    assert words <= MAIN_PATH_WORDS, (
+        f"{lesson.name}: {words} words of prose before 'Going further' (at most {MAIN_PATH_WORDS}): move what is "
+        "off the main line into a '## NN · Going further: ...' part at the end, or into README"
+    )
+    assert not long_cells, f"{lesson.name}: markdown cells over {CELL_WORDS} words:\n  " + "\n  ".join(long_cells)
