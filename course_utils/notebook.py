@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import inspect
+import textwrap
 
 
 def show_source(obj) -> None:
-    """Show the source of a ``course_utils`` function in the notebook (highlighted in Jupyter).
+    """Show the source of a ``course_utils`` function, class or method in the notebook (highlighted in Jupyter).
 
     Lessons run the library's code rather than a copy pasted into a cell, and show it with
     this, so what the learner reads is exactly what runs.
     """
-    source = inspect.getsource(obj)
+    source = textwrap.dedent(inspect.getsource(obj))  # a method shows from its own indentation
     try:
         from IPython.display import Markdown, display
 

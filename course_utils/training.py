@@ -164,14 +164,14 @@ class Worker:
     model: nn.Module  # on ``device``, wrapped in DistributedDataParallel when world > 1
     optimizer: torch.optim.Optimizer
     train_ds: Dataset
-    test_loader: DataLoader  # this rank's share of the test set (all of it with shard_eval=False)
+    test_loader: DataLoader  # this rank's share of the test set
 
     def epoch_metrics(self, epoch: int, train_loss: float, images: int, seconds: float) -> dict[str, Any]:
         """An epoch's metrics: loss and throughput over all workers, and the test set scored once
         across the ranks (``test_loader`` holds this rank's share; the sums are all-reduced).
 
         ``eval_s`` is the seconds this rank spent scoring its share: with every rank scoring the
-        whole set (``shard_eval=False``) it is ``world`` times as long and nothing more is learned.
+        whole set it would be ``world`` times as long and nothing more is learned.
         """
         start = time.perf_counter()
         buffers_from_rank0(self.model)  # every shard scored with the BatchNorm statistics rank 0 saves
@@ -223,8 +223,7 @@ def setup_worker(config: dict[str, Any]) -> Worker:
     # Ray Train: move to this worker's device, wrap in DDP (world > 1) so gradients are averaged.
     model = ray.train.torch.prepare_model(build_resnet18())
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    if config.get("shard_eval", True):  # each rank scores every world-th test digit: the set once in all
-        test_ds = Subset(test_ds, range(rank, len(test_ds), world))
+    test_ds = Subset(test_ds, range(rank, len(test_ds), world))  # every world-th digit: the set once in all
     if rank == 0:
         print(f"[rank 0] {world} worker(s) on {device}, per-worker batch {batch}", flush=True)
     return Worker(

@@ -1,12 +1,14 @@
 """``python -m course_utils.bench validation``: epoch time when every rank scores the whole test
 set vs the course's choice, each rank scoring its share (lesson 02's ``Worker.epoch_metrics``).
 
-Two runs of lesson 02's loop (``training.train_loop_per_worker``), identical but for
-``shard_eval``, one after the other in this process. An epoch is its training plus its
-evaluation: the training seconds are the median ``epoch_time_s`` over both runs (the same
-loop: one figure keeps run-to-run noise out), plus each run's median ``eval_s`` (epochs after the
-first); the ratios are every-rank / sharded. Accuracy is printed for both: scoring each digit once changes no figure
-beyond the ranks' slightly different BatchNorm statistics.
+Two runs of lesson 02's loop (``training.train_loop_per_worker``), one after the other in this
+process: as the lesson runs it, and with every rank given the whole test set
+(``train_loop_every_rank_scores_all``, defined here so that the loop the lesson shows carries no
+benchmark switch). An epoch is its training plus its evaluation: the training seconds are the
+median ``epoch_time_s`` over both runs (the same loop: one figure keeps run-to-run noise out),
+plus each run's median ``eval_s`` (epochs after the first); the ratios are every-rank / sharded.
+Accuracy is printed for both: scoring each digit once changes no figure beyond the ranks'
+slightly different BatchNorm statistics.
 """
 
 from __future__ import annotations
@@ -14,11 +16,31 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Sequence
+from typing import Any
+from unittest import mock
 
 from course_utils import data, session, storage, training
 from course_utils.bench import print_lines
 from course_utils.config import get_profile
 from course_utils.history import metric_history
+from course_utils.training import setup_worker
+
+
+def _setup_with_whole_test_set(config: dict[str, Any]) -> training.Worker:
+    """``setup_worker``, then this rank's share of the test set replaced by all of it."""
+    worker = setup_worker(config)
+    _, test_ds = data.course_datasets(
+        config["train_size"], config["test_size"], config["data_root"], config["seed"]
+    )
+    worker.test_loader = data.make_loader(test_ds, 512, shuffle=False)
+    return worker
+
+
+def train_loop_every_rank_scores_all(config: dict[str, Any]) -> None:
+    """Lesson 02's ``train_loop_per_worker`` unchanged, but every rank scores the whole test set:
+    the cost that ``setup_worker``'s sharding avoids. Patched on the worker, for this run only."""
+    with mock.patch.object(training, "setup_worker", _setup_with_whole_test_set):
+        training.train_loop_per_worker(config)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
@@ -40,7 +62,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         name = f"bench-validation-{label}"
         storage.reset_run(name)
         try:
-            rows = metric_history(training.make_trainer(name, profile, shard_eval=shard).fit())
+            loop = training.train_loop_per_worker if shard else train_loop_every_rank_scores_all
+            trainer = training.make_trainer(
+                name, profile, train_loop=loop, reported_metrics=training.REPORTED_METRICS
+            )
+            rows = metric_history(trainer.fit())
         finally:
             storage.reset_run(name)
         runs[label] = rows.iloc[1:] if len(rows) > 1 else rows  # epoch 0 pays for warm-up
