@@ -1,0 +1,101 @@
+"""Lesson 03's Ray Data exercises, checked for real on a local Ray: the published transform (03.1) runs in
+Ray Data and passes; the published shard counter (03.2) runs on both shards of a ``streaming_split`` at once
+and passes, and each classic way of reading a shard wrong fails with a message that names it. The
+transform's mistakes are caught before Ray runs (tests/unit/test_check_raydata.py)."""
+
+import pytest
+
+from course_utils import checks, raydata, solutions
+
+pytestmark = pytest.mark.integration
+
+TRANSFORM = solutions.solutions("03")["03.1"]
+COUNTER = solutions.solutions("03")["03.2"]
+
+# What a notebook could hold besides the shard: a dataset of the same rows (lesson 03 has `fast`, `train_ds`).
+PRELUDE = """
+from course_utils import checks, raydata
+notebook_ds = raydata.digits_dataset(*checks.exercise_digits()).map_batches(
+    raydata.normalise_batch, batch_format="numpy", batch_size=None
+)
+"""
+
+# mistake -> (exact text of the solution to change, its replacement, words the message must hold)
+MISTAKES = {
+    "loops over the shard": (
+        "shard.iter_torch_batches(batch_size=64)",
+        "shard",
+        "looped over the shard itself",
+    ),
+    "a Dataset method on the shard": (
+        "    counts = torch.zeros(10, dtype=torch.int64)\n",
+        "    counts = torch.zeros(10, dtype=torch.int64) + 0 * shard.count()\n",
+        "not a Dataset",
+    ),
+    "row by row": (
+        'for batch in shard.iter_torch_batches(batch_size=64):\n        counts += torch.bincount(batch["label"], minlength=10)',
+        'for row in shard.iter_rows():\n        counts[row["label"]] += 1',
+        "row by row",
+    ),
+    "numpy batches": (
+        'shard.iter_torch_batches(batch_size=64):\n        counts += torch.bincount(batch["label"], minlength=10)',
+        'shard.iter_batches(batch_size=64):\n        counts += torch.bincount(torch.as_tensor(batch["label"]), minlength=10)',
+        "numpy batches",
+    ),
+    "counts a notebook dataset": (
+        "shard.iter_torch_batches",
+        "notebook_ds.iter_torch_batches",
+        "never read the shard",
+    ),
+    "stops after the first batch": (
+        "minlength=10)\n",
+        "minlength=10)\n        break\n",
+        "no break after the first",
+    ),
+}
+
+
+def learner_function(source: str, name: str, prelude: str = ""):
+    """Define the learner's function as a notebook cell would (a module cloudpickle sends by value)."""
+    namespace = {"__name__": "learner_cell"}
+    exec(prelude + source, namespace)
+    return namespace[name]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _data_context(ray_session):
+    raydata.configure_data_context()  # as lesson 03 sets it
+
+
+def test_published_transform_runs_in_ray_data_and_passes(capsys):
+    checks.check_batch_transform(learner_function(TRANSFORM, "my_transform"))
+    out = capsys.readouterr().out
+    assert "Exercise 03.1: correct" in out and "normalise_batch ran after your transform" in out
+
+
+def test_a_transform_that_decodes_the_pixels_also_passes_in_ray_data(capsys):
+    decoded = TRANSFORM.replace(
+        '"image": batch["image"][keep]',
+        '"image": np.frombuffer(b"".join(batch["image"][keep]), dtype=np.uint8).reshape(-1, 28, 28)',
+    )
+    assert decoded != TRANSFORM
+    checks.check_batch_transform(learner_function(decoded, "my_transform"))
+    assert "Exercise 03.1: correct" in capsys.readouterr().out
+
+
+def test_published_counter_reads_both_shards_and_passes(capsys):
+    checks.check_shard_counts(learner_function(COUNTER, "count_digits"))
+    out = capsys.readouterr().out
+    assert "Exercise 03.2: correct" in out and "each of the 2 shards held 200 of the 400 rows" in out
+
+
+@pytest.mark.parametrize("mistake", list(MISTAKES))
+def test_each_shard_mistake_is_named(mistake):
+    old, new, words = MISTAKES[mistake]
+    assert old in COUNTER, f"the solution no longer contains {old!r}: update the test"
+    wrong = learner_function(COUNTER.replace(old, new, 1), "count_digits", PRELUDE)
+    with pytest.raises(checks.ExerciseError) as caught:
+        checks.check_shard_counts(wrong)
+    message = str(caught.value)
+    assert words in message, message
+    assert message.count("\n- ") == 1, f"only the one mistake is reported:\n{message}"
