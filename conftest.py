@@ -48,7 +48,7 @@ class LessonItem(NotebookItem):
 
     def runtest(self) -> None:
         from course_utils import solutions
-        from tests.notebook_runs import alarming_output, run_lesson
+        from tests.notebook_runs import alarming_output, run_lesson, unexplained_red_lines
 
         result = run_lesson(
             Path(self.filename), "lessons", answered=True, timeout_s=self.config.option.nbmake_timeout
@@ -67,6 +67,13 @@ class LessonItem(NotebookItem):
                 f"{Path(self.filename).name} ran fine, but its output shows what a learner reads as 'it broke' "
                 "(see the executed copy under build/tests/lessons/; Ray's own logs belong in its log folder, "
                 "course_utils.logs):\n  " + "\n  ".join(alarming)
+            )
+        unexplained = unexplained_red_lines(result.nb, Path(self.filename).name)
+        if unexplained:
+            raise AssertionError(
+                f"{Path(self.filename).name}: red output of a cell that fails on purpose is not announced before "
+                "it or not explained after it (tests/notebook_runs.RED_LINES; see the executed copy under "
+                "build/tests/lessons/):\n  " + "\n  ".join(unexplained)
             )
 
     def repr_failure(self, excinfo, style=None):

@@ -7,12 +7,13 @@ lesson 04's business: continuing from ``ray.train.get_checkpoint()``, and crashi
 
 ``train_loop_resumable`` checkpoints at epoch boundaries and reports ``start_epoch`` (where its
 attempt began). ``train_loop_mid_epoch`` checkpoints every ``checkpoint_every`` steps together
-with the iterator position of a ``torchdata`` ``StatefulDataLoader``, so a restarted worker group
-continues at the exact next batch (Ray Data's iterator-state resumption is not in open-source
-Ray; the DataLoader path is; ``course_utils.bench.recovery`` times it). Its checkpoints also
-carry what a learner (and the tests) need to *see* the resumption: ``attempts`` (where every
-attempt started, its pid, when it took its first step) and ``seen`` (the sample indices every
-rank trained on, committed at each checkpoint).
+with the iterator position of a ``torchdata`` ``StatefulDataLoader`` (``save_mid_epoch``), so a
+restarted worker group continues at the exact next batch (``restore_mid_epoch``); lesson 04 shows
+those two functions. Ray Data's iterator-state resumption is not in open-source Ray; the DataLoader
+path is; ``course_utils.bench.recovery`` times it. Its checkpoints also carry what a learner (and
+the tests) need to *see* the resumption: ``attempts`` (where every attempt started, its pid, when
+it took its first step) and ``seen`` (the sample indices every rank trained on, committed at each
+checkpoint).
 """
 
 from __future__ import annotations
@@ -125,19 +126,104 @@ def make_stateful_loader(dataset: Dataset, batch: int, rank: int, world: int, se
     return StatefulDataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=0)
 
 
+def restore_mid_epoch(worker: training.Worker, loader) -> tuple[int, int, dict[str, Any] | None]:
+    """Where this attempt starts: ``(epoch, step, state)`` from ``ray.train.get_checkpoint()``.
+
+    ``(0, 0, None)`` on a fresh start. Otherwise the saved weights, optimizer and RNG are loaded, and
+    when the checkpoint was taken mid-epoch the loader's iterator is put back, so its next batch is the
+    first one the lost attempt had not trained on.
+    """
+    import ray.train
+
+    checkpoint = ray.train.get_checkpoint()  # None on a fresh start; after a failure, the latest one
+    if checkpoint is None:
+        return 0, 0, None
+    state = checkpoints.load_state(checkpoint)
+    unwrap(worker.model).load_state_dict(state["model"])
+    worker.optimizer.load_state_dict(state["optimizer"])
+    checkpoints.set_rng_state(state["rng"])
+    epoch, step = state["next_epoch"], state["next_step"]
+    # each rank's share of an epoch depends on the world size: mid-epoch, it must not have changed
+    if step and state["world_size"] != worker.world:
+        raise RuntimeError(
+            f"The mid-epoch checkpoint was saved by {state['world_size']} workers, this attempt has "
+            f"{worker.world}: each rank's shard of the epoch differs, so it cannot continue mid-epoch. Use a "
+            "fixed num_workers with mid-epoch checkpoints, or resume from an epoch-boundary checkpoint."
+        )
+    if step:
+        loader.load_state_dict(state["loader"])  # the iterator skips the `step` batches already done
+    return epoch, step, state
+
+
+def save_mid_epoch(
+    worker: training.Worker,
+    loader,
+    epoch: int,
+    step: int,
+    epoch_done: bool,
+    metrics: dict[str, Any],
+    history: list[dict],
+    *,
+    upload: str = "sync",
+    before_commit=None,
+    **extra: Any,
+) -> None:
+    """Checkpoint after ``step`` batches of ``epoch``, with the loader's place in the epoch, and report it.
+
+    Every rank calls it (``report`` is a barrier); rank 0 writes the checkpoint. ``extra``: what the
+    loop also keeps in it. ``upload="async"``: ``report_async`` (Ray uploads on its own thread).
+    """
+    import ray.train
+
+    state = worker.state(
+        epoch,
+        history,
+        next_epoch=epoch + 1 if epoch_done else epoch,  # where a restarted attempt continues
+        next_step=0 if epoch_done else step,
+        loader=None if epoch_done else loader.state_dict(),  # the iterator's place in this epoch
+        world_size=worker.world,
+        **extra,
+    )
+    if upload == "async":
+        report_async(worker.rank, metrics, state, before_commit=before_commit)
+        return
+    # synchronous: written on rank 0, loaded back and uploaded before report returns
+    rank = worker.rank
+    written = checkpoints.write_checkpoint_dir(state, before_commit=before_commit) if rank == 0 else None
+    with checkpoints.rank0_checkpoint(rank, written) as checkpoint:
+        ray.train.report(metrics, checkpoint=checkpoint)
+
+
+def report_async(rank: int, metrics: dict[str, Any], state: dict[str, Any], *, before_commit=None) -> None:
+    """``ray.train.report`` with an asynchronous upload: training goes on while Ray's thread uploads.
+
+    The training thread only copies ``state`` in memory (``checkpoints.rank0_snapshot``); Ray's upload
+    thread writes the copy, loads it back and uploads it. A failed upload is raised in the training
+    thread afterwards.
+    """
+    import ray.train
+    from ray.train import CheckpointUploadMode
+
+    checkpoint, write_then_upload = checkpoints.rank0_snapshot(rank, state, before_commit=before_commit)
+    ray.train.report(
+        metrics,
+        checkpoint=checkpoint,
+        checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
+        checkpoint_upload_fn=write_then_upload,
+    )
+
+
 def train_loop_mid_epoch(config: dict[str, Any]) -> None:
     """Ray Train worker loop that checkpoints every ``config["checkpoint_every"]`` steps.
 
     Checkpoints upload asynchronously (``config["checkpoint_uploads"]``, default ``["async"]``;
     ``["sync", "async"]`` alternates the two, so one run measures both side by side).
 
-    Resumes from ``ray.train.get_checkpoint()`` (``checkpoints.restore``) at the saved (epoch,
-    step): model, optimizer, RNG and the DataLoader's iterator state are restored, so no batch is
-    repeated or skipped. Its own per-step loop (``train_step``): it checkpoints between steps.
+    Resumes at the saved (epoch, step) (``restore_mid_epoch``): model, optimizer, RNG and the
+    DataLoader's iterator state are restored, so no batch is repeated or skipped; saves with
+    ``save_mid_epoch``. Its own per-step loop (``train_step``): it checkpoints between steps. The rest
+    is bookkeeping that lets a learner (and the tests) see the resumption: ``attempts`` and ``seen``.
     """
-    import ray.train
-    from ray.train import CheckpointUploadMode
-
     worker = training.setup_worker(config)
     rank, world = worker.rank, worker.world
     every = int(config.get("checkpoint_every", 5))
@@ -146,16 +232,7 @@ def train_loop_mid_epoch(config: dict[str, Any]) -> None:
     recorder = IndexRecorder(worker.train_ds)
     loader = make_stateful_loader(recorder, worker.batch, rank, world, config["seed"])
 
-    state = checkpoints.restore(worker.model, worker.optimizer)  # ray.train.get_checkpoint(), loaded
-    epoch, step = (state["next_epoch"], state["next_step"]) if state else (0, 0)
-    if state and step and state["world_size"] != world:
-        raise RuntimeError(
-            f"The mid-epoch checkpoint was saved by {state['world_size']} workers, this attempt has "
-            f"{world}: each rank's shard of the epoch differs, so it cannot continue mid-epoch. Use a "
-            "fixed num_workers with mid-epoch checkpoints, or resume from an epoch-boundary checkpoint."
-        )
-    if state and step:
-        loader.load_state_dict(state["loader"])  # the iterator skips the `step` batches already done
+    epoch, step, state = restore_mid_epoch(worker, loader)
     history: list[dict] = state["history"] if state else []
     seen: list[list[list[int]]] = state["seen"] if state else []
     attempts: list[dict] = state["attempts"] if state else []
@@ -189,36 +266,24 @@ def train_loop_mid_epoch(config: dict[str, Any]) -> None:
             **row,
         }
         history.append(row)
-        state = worker.state(
-            done_epoch,
-            history,
-            next_epoch=done_epoch + 1 if epoch_end else done_epoch,
-            next_step=0 if epoch_end else done_steps,
-            loader=None if epoch_end else loader.state_dict(),
-            seen=seen,
-            attempts=attempts,
-            world_size=world,
-        )
 
         def crash_while_writing() -> None:  # between writing state.pt.partial and renaming it
             faults.maybe_fail(fault, rank=rank, epoch=done_epoch, step=done_steps, during="checkpoint")
 
         start = time.perf_counter()
-        # async: the training thread only copies the state; Ray's upload thread writes and uploads it
-        if upload == "async":
-            checkpoint, write_then_upload = checkpoints.rank0_snapshot(
-                rank, state, before_commit=crash_while_writing
-            )
-            ray.train.report(
-                dict(row),  # a copy: the row gets its checkpoint_s below
-                checkpoint=checkpoint,
-                checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
-                checkpoint_upload_fn=write_then_upload,
-            )
-        else:  # synchronous: written, loaded back and uploaded before report returns
-            written = checkpoints.write_checkpoint_dir(state, before_commit=crash_while_writing) if rank == 0 else None
-            with checkpoints.rank0_checkpoint(rank, written) as checkpoint:
-                ray.train.report(dict(row), checkpoint=checkpoint)
+        save_mid_epoch(
+            worker,
+            loader,
+            done_epoch,
+            done_steps,
+            epoch_end,
+            dict(row),  # a copy: the row gets its checkpoint_s below
+            history,
+            upload=upload,
+            before_commit=crash_while_writing,
+            seen=seen,
+            attempts=attempts,
+        )
         # what training waited; travels in the next checkpoint
         row["checkpoint_s"] = time.perf_counter() - start
 

@@ -29,7 +29,14 @@ TEACHES = {
         "iter_torch_batches(",
         "ray.train.report(metrics, checkpoint=checkpoint)",
     ],
-    "04": ["ray.train.get_checkpoint()", "load_state_dict", "start_epoch", "faults.inject("],
+    "04": [
+        "ray.train.get_checkpoint()",
+        "load_state_dict",
+        "start_epoch",
+        "faults.inject(",
+        "loader.state_dict()",  # section 07: the mid-epoch save and restore (resumable.save_mid_epoch, ...)
+        "loader.load_state_dict(",
+    ],
 }
 # lesson -> words that belong to other lessons (or to no lesson) and must not appear in what it shows
 NOT_HERE = {
@@ -47,11 +54,14 @@ def shown_sources(lesson) -> dict[str, str]:
     imported = {name.strip(): module for module, names in IMPORTED.findall(code) for name in names.split(",")}
     out = {}
     for name in SHOWN.findall(code):
-        if "." in name:
-            module, attr = name.split(".", 1)
+        first, *attrs = name.split(".")  # `loop`, `module.loop` or `Class.method`, `module.Class.method`
+        if first in imported:
+            obj = getattr(importlib.import_module(f"course_utils.{imported[first]}"), first)
         else:
-            module, attr = imported[name], name
-        out[name] = inspect.getsource(getattr(importlib.import_module(f"course_utils.{module}"), attr))
+            obj = importlib.import_module(f"course_utils.{first}")
+        for attr in attrs:
+            obj = getattr(obj, attr)
+        out[name] = inspect.getsource(obj)
     return out
 
 
