@@ -121,4 +121,6 @@ def test_lesson_main_path_is_short_and_no_cell_is_long(lesson):
         f"{lesson.name}: {words} words of prose before 'Going further' (at most {MAIN_PATH_WORDS}): move what is "
         "off the main line into a '## NN · Going further: ...' part at the end, or into README"
     )
-    assert not long_cells, f"{lesson.name}: markdown cells over {CELL_WORDS} words:\n  " + "\n  ".join(long_cells)
+    assert not long_cells, f"{lesson.name}: markdown cells over {CELL_WORDS} words:\n  " + "\n  ".join(
+        long_cells
+    )
