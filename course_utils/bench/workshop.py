@@ -1,7 +1,8 @@
 """How many learners a cluster holds: 1, 2, 3 and 4 learners at once through lesson 02's fit.
 
 One ``ray start --head`` cluster on this machine (``cluster.LocalCluster``, ``--cpus`` slots, 4 as
-the workshop test uses). For each count, that many learners (separate driver processes, distinct
+the workshop test uses), with its dashboard: the state API it serves is how a learner's fit sees that
+it waits for slots inside ``fit()`` (without it every learner's waiting read 0). For each count, that many learners (separate driver processes, distinct
 ``COURSE_LEARNER``, one shared storage folder and MNIST copy) start at once and each runs lesson 02's
 fit through the course's ``make_trainer`` and ``fit_progress`` (``--epochs`` of the smoke profile, 1 by
 default). Per count it prints each learner's wall time (driver start to fit end), the time its fit
@@ -123,7 +124,10 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
         flush=True,
     )
     walls: dict[int, float] = {}
-    with tempfile.TemporaryDirectory() as storage, LocalCluster(NodeSpec(num_cpus=args.cpus), []) as cluster:
+    with (
+        tempfile.TemporaryDirectory() as storage,
+        LocalCluster(NodeSpec(num_cpus=args.cpus), [], dashboard=True) as cluster,
+    ):
         env = {**os.environ, **cluster.driver_env(), "COURSE_STORAGE": storage, "COURSE_PROFILE": "smoke"}
         print(f"\n{'learners':>8}  {'learner':>7}  {'wall s':>7}  {'waited s':>8}  {'CPU %':>6}")
         for count in args.counts:
