@@ -27,6 +27,44 @@ from torch import nn
 
 STATE_FILE = "state.pt"
 HISTORY_FILE = "history.json"
+# A checkpoint's temp folder: course-ckpt-<pid of the process writing it>-<random>. The pid is how a
+# later process knows the folder is an orphan (see sweep_orphaned_temp_dirs).
+TEMP_PREFIX = "course-ckpt-"
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this machine (another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphaned_temp_dirs(root: str | Path | None = None) -> list[Path]:
+    """Remove the checkpoint temp folders whose writing process is gone; return them.
+
+    A rank-0 worker killed while ``report`` copies its checkpoint (lesson 04's SIGKILL, a retry
+    that ends the worker group, an upload still pending when a run stops) never reaches the code
+    that deletes the folder, and each holds a whole training state (≈ 130 MB for ResNet-18 with
+    Adam). Only folders of this course's naming whose pid no longer exists are touched: a live
+    process may still be uploading its own.
+    """
+    removed = []
+    for folder in Path(root or tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*-*"):
+        pid = folder.name[len(TEMP_PREFIX) :].split("-", 1)[0]
+        if folder.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def new_temp_dir() -> Path:
+    """A fresh checkpoint temp folder named after this process; orphans of dead processes go first."""
+    sweep_orphaned_temp_dirs()
+    return Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
 
 
 class CheckpointError(RuntimeError):
@@ -65,7 +103,7 @@ def write_checkpoint_dir(
     ``before_commit`` runs between writing ``state.pt.partial`` and renaming it (fault
     injection: a crash there leaves only the partial file, which nothing ever reports).
     """
-    directory = Path(directory or tempfile.mkdtemp(prefix="course-ckpt-"))
+    directory = Path(directory or new_temp_dir())
     directory.mkdir(parents=True, exist_ok=True)
     partial = directory / (STATE_FILE + ".partial")
     torch.save(state, partial)
@@ -164,7 +202,7 @@ def rank0_snapshot(
     if rank != 0:
         return None, None
     snapshot = copy.deepcopy(state)
-    directory = tempfile.mkdtemp(prefix="course-ckpt-")
+    directory = str(new_temp_dir())
 
     def write_then_upload(checkpoint: Any, checkpoint_dir_name: str) -> Any:
         write_checkpoint_dir(snapshot, directory, before_commit=before_commit)

@@ -1,4 +1,5 @@
 import json
+import os
 import random
 from pathlib import Path
 
@@ -125,3 +126,30 @@ def test_rank0_snapshot_uploads_the_state_as_it_was_at_report_time(monkeypatch):
     assert persisted == ["checkpoint_000001"]
     assert torch.equal(checkpoints.load_state(uploaded.path)["model"]["w"], torch.zeros(3))
     assert checkpoints.rank0_snapshot(1, {"model": {}}) == (None, None)  # other ranks attach nothing
+
+
+def test_orphaned_temp_dirs_of_dead_processes_are_swept_and_nothing_else(tmp_path):
+    import subprocess
+    import sys
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(dead.stdout)  # a process that has exited
+    orphan = tmp_path / f"{checkpoints.TEMP_PREFIX}{dead_pid}-abc"
+    mine = tmp_path / f"{checkpoints.TEMP_PREFIX}{os.getpid()}-def"  # this process may still upload it
+    old_style = tmp_path / f"{checkpoints.TEMP_PREFIX}xyz"  # no pid: whose it is cannot be told
+    other = tmp_path / f"someone-else-{dead_pid}-x"
+    for folder in (orphan, mine, old_style, other):
+        folder.mkdir()
+        (folder / checkpoints.STATE_FILE).write_bytes(b"x")
+    assert checkpoints.sweep_orphaned_temp_dirs(tmp_path) == [orphan]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (mine, old_style, other))
+
+
+def test_a_new_temp_dir_names_its_process():
+    folder = checkpoints.new_temp_dir()
+    try:
+        assert folder.name.startswith(f"{checkpoints.TEMP_PREFIX}{os.getpid()}-") and folder.is_dir()
+    finally:
+        folder.rmdir()
