@@ -307,8 +307,11 @@ def worker_stacks(workers: list[dict[str, Any]], dashboard_url: str | None = Non
     return sorted(stacks, key=lambda s: (s.rank is None, s.rank if s.rank is not None else s.pid))
 
 
-def actor_logs(class_name: str, job_id: str | None = None) -> Iterator[str]:
-    """The stderr logs (where Ray's warnings go) of this job's alive actors of ``class_name``, via the state API."""
+def actor_logs(class_name: str, job_id: str | None = None, exclude: Iterable[str] = ()) -> Iterator[str]:
+    """The stderr logs (where Ray's warnings go) of this job's alive actors of ``class_name``, via the state API.
+
+    Actors whose ids are in ``exclude`` are skipped: e.g. those of an earlier run still shutting down.
+    """
     import ray
     from ray.util.state import get_log
 
@@ -316,8 +319,9 @@ def actor_logs(class_name: str, job_id: str | None = None) -> Iterator[str]:
 
     address = ray.get_runtime_context().gcs_address
     job_id = job_id or ray.get_runtime_context().get_job_id()
+    skip = set(exclude)
     for actor in session.alive_actors(class_name):
-        if actor["job_id"] != job_id or actor["class_name"] != class_name:
+        if actor["job_id"] != job_id or actor["class_name"] != class_name or actor["actor_id"] in skip:
             continue
         try:
             yield "".join(get_log(address=address, actor_id=actor["actor_id"], suffix="err", tail=200))
@@ -325,12 +329,13 @@ def actor_logs(class_name: str, job_id: str | None = None) -> Iterator[str]:
             continue
 
 
-def barrier_warning(job_id: str | None = None) -> str | None:
+def barrier_warning(job_id: str | None = None, exclude: Iterable[str] = ()) -> str | None:
     """Ray Train's warning that a ``report`` barrier is missing ranks, from its SynchronizationActor's log.
 
     Read through the state API (``get_log``): the same text Ray prints, as soon as Ray prints it.
+    ``exclude``: ids of SynchronizationActors not to read (an earlier run's, see ``HangWatch``).
     """
-    for text in actor_logs(SYNC_ACTOR_CLASS, job_id):
+    for text in actor_logs(SYNC_ACTOR_CLASS, job_id, exclude):
         if BARRIER_WARNING in text:
             return warning_block(text)
     return None
@@ -350,6 +355,12 @@ def warning_block(log: str) -> str:
     return "\n".join(block)
 
 
+def _alive_sync_actors() -> list[dict[str, Any]]:
+    from course_utils import session
+
+    return session.alive_actors(SYNC_ACTOR_CLASS)
+
+
 class HangWatch:
     """Dump a run's workers once Ray's own signal says the hang is live; run it around ``fit()``.
 
@@ -357,6 +368,10 @@ class HangWatch:
     rank, which Ray logs every ``RAY_TRAIN_COLLECTIVE_WARN_INTERVAL_S``). When it answers, every
     worker of ``run_name`` is dumped at once, while the hang still holds. ``fit()`` blocks the
     notebook, so the watch runs on a thread: ``start()`` before, ``join()`` after.
+
+    The default signal reads only SynchronizationActors that were not alive at ``start()``: an
+    earlier run's, still shutting down, keeps its own barrier warning in its log, and answering
+    to it would dump this run's workers before they reach the hang.
     """
 
     def __init__(
@@ -378,6 +393,9 @@ class HangWatch:
         self._thread = threading.Thread(target=self._run, name="HangWatch", daemon=True)
 
     def start(self) -> HangWatch:
+        if self.signal is barrier_warning:
+            earlier = {a["actor_id"] for a in _alive_sync_actors()}
+            self.signal = lambda: barrier_warning(exclude=earlier)
         self._thread.start()
         return self
 
@@ -396,6 +414,22 @@ class HangWatch:
                 self._stop.wait(self.poll_s)
         except BaseException as err:  # shown by join(): a watch must not die silently
             self.error = err
+
+    def report(self, headline: str) -> str:
+        """``headline`` and what the watch saw: the warning, how long the dumps took, every stack.
+
+        For an assertion's message: a dump that came too late (the timeout had already ended the
+        hang) shows here as a long dump time and a rank no longer in its report line.
+        """
+        took = max((s.taken_at for s in self.stacks), default=None)
+        timing = (
+            f"dumped {took - self.signalled_at:.1f} s after the warning was read"
+            if took is not None and self.signalled_at is not None
+            else "no dump taken"
+        )
+        lines = [headline, f"warning: {self.warning!r}", timing]
+        lines += [stack.describe() for stack in self.stacks]
+        return "\n".join(lines)
 
     def join(self, timeout_s: float = 10.0) -> HangWatch:
         """Stop watching (the run is over) and raise what went wrong in the watch, if anything."""

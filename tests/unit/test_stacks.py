@@ -167,3 +167,50 @@ def test_wait_for_answers_or_times_out():
     assert stacks.wait_for(lambda: next(answers), timeout_s=5, poll_s=0.01) == "there"
     with pytest.raises(TimeoutError):
         stacks.wait_for(lambda: None, timeout_s=0.05, poll_s=0.01)
+
+
+def test_hang_watch_ignores_an_earlier_runs_barrier_warning(monkeypatch):
+    """A SynchronizationActor alive at start() (an earlier run's, shutting down) keeps its own warning in
+    its log; the watch must wait for this run's, not dump this run's workers at once."""
+    from course_utils import session
+
+    log = (DATA / "sync_actor_err.log").read_text()
+    alive = [{"actor_id": "earlier", "class_name": stacks.SYNC_ACTOR_CLASS, "job_id": "01000000"}]
+    monkeypatch.setattr(session, "alive_actors", lambda class_substring="": list(alive))
+    read = []
+
+    def fake_get_log(address, actor_id, suffix, tail):
+        read.append(actor_id)
+        return iter([log])
+
+    import ray
+    import ray.util.state
+
+    class Context:
+        gcs_address = "127.0.0.1:1"
+
+        def get_job_id(self):
+            return "01000000"
+
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: Context())
+    monkeypatch.setattr(ray.util.state, "get_log", fake_get_log)
+    dumped = []
+    monkeypatch.setattr(stacks, "train_workers", lambda run_name: [{"pid": 1, "rank": 0}])
+    stack = stacks.WorkerStack(1, {"MainThread": []}, rank=0)
+    monkeypatch.setattr(stacks, "worker_stacks", lambda workers, url: dumped.append(workers) or [stack])
+    monkeypatch.setattr(session, "dashboard_url", lambda: None)
+
+    watch = stacks.HangWatch("run", poll_s=0.01).start()
+    time.sleep(0.3)
+    assert watch.warning is None and not dumped, "the earlier run's warning was taken for this run's"
+    assert read == [], "the earlier actor's log is not even read"
+    alive.append({"actor_id": "this run's", "class_name": stacks.SYNC_ACTOR_CLASS, "job_id": "01000000"})
+    deadline = time.monotonic() + 5
+    while watch.warning is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    watch.join()
+    assert read and set(read) == {"this run's"}
+    assert "[1]" in watch.warning and dumped == [[{"pid": 1, "rank": 0}]]
+    report = watch.report("rank 0 waits")
+    assert report.startswith("rank 0 waits\nwarning: ") and "s after the warning was read" in report
+    assert report.endswith("rank 0 (pid 1, py-spy): not in your code (it returned from it, or never started it)")
