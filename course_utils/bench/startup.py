@@ -28,15 +28,48 @@ WORKERS = 2
 
 
 def bare_loop(config: dict[str, Any]) -> None:
-    """A training loop that trains nothing: its first line's time, one report, the report's time."""
+    """A training loop that trains nothing: its first line's time, one report, the report's time.
+
+    With ``train_steps`` > 0 it first trains that many steps (ResNet-18, DDP, random 28x28 digits,
+    batch 64 per worker) and records their seconds: what a setting costs while training runs.
+    """
     first_line = time.time()
     import ray.train
 
     rank = ray.train.get_context().get_world_rank()
+    marks = {"first_line": first_line}
+    steps = int(config.get("train_steps", 0))
+    if steps:
+        marks.update(train_steps(steps))
     before = time.time()
     ray.train.report({"rank": rank})
-    marks = {"first_line": first_line, "before_report": before, "after_report": time.time()}
+    marks.update(before_report=before, after_report=time.time())
     Path(config["marks_dir"], f"rank-{rank}.json").write_text(json.dumps(marks))
+
+
+def train_steps(steps: int, batch_size: int = 64) -> dict[str, float]:
+    """``steps`` DDP training steps of the course's ResNet-18 on random digits; their start and end."""
+    import ray.train.torch
+    import torch
+
+    from course_utils.model import build_resnet18
+
+    torch.manual_seed(0)
+    model = ray.train.torch.prepare_model(build_resnet18())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    device = ray.train.torch.get_device()
+    images = torch.randn(batch_size, 1, 28, 28, device=device)
+    labels = torch.randint(0, 10, (batch_size,), device=device)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    optimizer.zero_grad()
+    loss_fn(model(images), labels).backward()  # a first step outside the timing: lazy set-up
+    optimizer.step()
+    started = time.time()
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss_fn(model(images), labels).backward()
+        optimizer.step()
+    return {"train_start": started, "train_end": time.time()}
 
 
 def _floor_actor_class() -> Any:
@@ -176,14 +209,21 @@ def fit_timeline(
         rows[f"workers: {name.split('.')[-1]} ({len(group)} calls)"] = max(0.0, end - edge)
         edge = max(edge, end)
     rows["workers: to the loop's first line"] = first_line - edge
-    rows["loop: its one report"] = after_report - first_line
+    before_report = max(m.get("before_report", first_line) for m in marks)
+    if before_report > first_line:
+        rows["loop: before its report (the training steps, if any)"] = before_report - first_line
+    if all("train_end" in m for m in marks):
+        rows["(of which: the timed training steps, slowest rank)"] = max(
+            m["train_end"] - m["train_start"] for m in marks
+        )
+    rows["loop: its one report"] = after_report - before_report
     rows["after the last report until fit() returns"] = returned - after_report
     rows["fit: total"] = returned - called
     return rows
 
 
-def bare_fit_once(storage_dir: str, name: str) -> dict[str, float]:
-    """One bare fit with Ray Train's public API only; its timeline."""
+def bare_fit_once(storage_dir: str, name: str, train_steps: int = 0) -> dict[str, float]:
+    """One bare fit with Ray Train's public API only; its timeline (``train_steps``: see ``bare_loop``)."""
     import ray
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -191,7 +231,7 @@ def bare_fit_once(storage_dir: str, name: str) -> dict[str, float]:
     marks_dir = tempfile.mkdtemp(dir=storage_dir)
     trainer = TorchTrainer(
         bare_loop,
-        train_loop_config={"marks_dir": marks_dir},
+        train_loop_config={"marks_dir": marks_dir, "train_steps": train_steps},
         scaling_config=ScalingConfig(num_workers=WORKERS),
         run_config=RunConfig(name=name, storage_path=storage_dir),
     )
@@ -297,6 +337,13 @@ def main(argv: Sequence[str] | None = None) -> float:
         help="also time a bare fit with this environment variable set (Ray Train reads RAY_TRAIN_* at fit()), "
         "alternating with the fit as configured, and print both side by side; repeatable",
     )
+    parser.add_argument(
+        "--train-steps",
+        type=int,
+        default=0,
+        help="the bare loop first trains this many DDP steps (ResNet-18, random digits), timed as their own row: "
+        "what a --try setting costs while training runs",
+    )
     args = parser.parse_args(argv)
     trial = parse_tries(args.tries)
 
@@ -310,13 +357,13 @@ def main(argv: Sequence[str] | None = None) -> float:
     with tempfile.TemporaryDirectory() as storage_dir:
         for i in range(args.rounds):
             floors.append(floor_once())
-            fits.append(bare_fit_once(storage_dir, f"bench-startup-{i}"))
+            fits.append(bare_fit_once(storage_dir, f"bench-startup-{i}", args.train_steps))
             line = (
                 f"round {i + 1}: fit {fits[-1]['fit: total']:.2f} s, floor {floors[-1]['floor: total']:.2f} s"
             )
             if trial:
                 with temporary_env(trial):
-                    tried.append(bare_fit_once(storage_dir, f"bench-startup-try-{i}"))
+                    tried.append(bare_fit_once(storage_dir, f"bench-startup-try-{i}", args.train_steps))
                 line += f", fit with {_describe(trial)} {tried[-1]['fit: total']:.2f} s"
             print(line, flush=True)
     for _ in range(args.rounds):
@@ -331,7 +378,9 @@ def main(argv: Sequence[str] | None = None) -> float:
             fit_rows,
             _median_rows(tried),
         )
-    fit_s, floor_s = fit_rows["fit: total"], floor_rows["floor: total"]
+    # --train-steps: the fit's start-up and end, without the loop's training (the ratio compares start-ups)
+    fit_s = fit_rows["fit: total"] - fit_rows.get("loop: before its report (the training steps, if any)", 0.0)
+    floor_s = floor_rows["floor: total"]
     ratio = fit_s / floor_s
     print()
     print_lines(

@@ -101,10 +101,18 @@ def test_fit_timeline_splits_a_fit_into_parts_that_add_up():
     assert rows["workers: __init__"] == pytest.approx(0.4)
     assert rows["workers: execute (2 calls)"] == pytest.approx(1.9)  # from the last __init__ to the last end
     assert rows["workers: to the loop's first line"] == pytest.approx(0.7)
-    assert rows["loop: its one report"] == pytest.approx(0.3)
+    assert rows["loop: before its report (the training steps, if any)"] == pytest.approx(0.1)
+    assert rows["loop: its one report"] == pytest.approx(0.2)
     assert rows["after the last report until fit() returns"] == pytest.approx(2.0)
     assert rows["fit: total"] == pytest.approx(12.5)
     parts = sum(v for k, v in rows.items() if k != "fit: total")
+    assert parts == pytest.approx(rows["fit: total"])
+    # --train-steps: the timed steps are a row of their own, inside "before its report"
+    marks[0].update(train_start=110.02, train_end=110.07)
+    marks[1].update(train_start=110.21, train_end=110.29)
+    rows = startup.fit_timeline(100.0, 112.5, marks, tasks)
+    assert rows["(of which: the timed training steps, slowest rank)"] == pytest.approx(0.08)
+    parts = sum(v for k, v in rows.items() if k != "fit: total" and not k.startswith("(of which"))
     assert parts == pytest.approx(rows["fit: total"])
 
 
