@@ -38,13 +38,28 @@ def run_folder(
     return fs, f"{root.rstrip('/')}/{name}"
 
 
-def read_reports(fs: pafs.FileSystem, folder: str) -> list[dict[str, Any]] | None:
-    """The rows ``ReportLog`` wrote for the run in ``folder``; None when it wrote none."""
+def read_reports(
+    fs: pafs.FileSystem, folder: str, attempts: int = 5, pause_s: float = 0.2
+) -> list[dict[str, Any]] | None:
+    """The rows ``ReportLog`` wrote for the run in ``folder``; None when it wrote none.
+
+    ``ReportLog`` replaces the file whole while the run goes on. On S3 a reader that opened the old
+    object can be handed a cut-off read of the new one (pyarrow sizes the read before it fetches),
+    so text that is not JSON is read again, up to ``attempts`` times, before it counts as an error.
+    """
     path = f"{folder}/{REPORT_LOG}"
-    if fs.get_file_info(path).type != pafs.FileType.File:
-        return None
-    with fs.open_input_stream(path) as stream:
-        return json.loads(stream.read().decode())
+    for attempt in range(attempts):
+        if fs.get_file_info(path).type != pafs.FileType.File:
+            return None
+        with fs.open_input_stream(path) as stream:
+            text = stream.read().decode()
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(pause_s)
+    return None  # attempts < 1
 
 
 class ReportLog(UserCallback):

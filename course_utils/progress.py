@@ -63,7 +63,10 @@ def fit_progress(
         nonlocal seen, checked
         try:
             rows = history.read_reports(fs, folder) or []
-        except OSError:  # caught mid-rewrite (S3 moves are copy + delete): the next poll reads it
+        except (
+            OSError,
+            ValueError,
+        ):  # caught mid-rewrite (S3 moves are copy + delete): the next poll reads it
             rows = []
         if len(rows) > seen:
             if bar.desc != label:

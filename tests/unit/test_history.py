@@ -96,3 +96,32 @@ def test_fit_progress_follows_the_log_and_needs_the_callback(tmp_path):
     with pytest.raises(ValueError, match="ReportLog"):
         with fit_progress(Bare()):
             pass
+
+
+def test_read_reports_reads_again_when_the_file_was_replaced_mid_read(tmp_path):
+    """On S3 a reader can get a cut-off read of the file ReportLog just replaced (seen in CI's workshop
+    run: "Expecting value: line 14 column 1"); it reads again instead of failing. Text that stays
+    broken is still an error."""
+    import io
+    import json
+
+    import pyarrow.fs as pafs
+    import pytest
+
+    from course_utils.history import read_reports
+
+    whole = json.dumps([{"epoch": 0}, {"epoch": 1}], indent=1)
+    reads = [whole[: len(whole) // 2], whole]
+
+    class Replacing:  # a filesystem with only what read_reports calls
+        def get_file_info(self, path):
+            return pafs.FileInfo(path, pafs.FileType.File)
+
+        def open_input_stream(self, path):
+            return io.BytesIO((reads.pop(0) if len(reads) > 1 else reads[0]).encode())
+
+    fs = Replacing()
+    assert read_reports(fs, "run", pause_s=0) == [{"epoch": 0}, {"epoch": 1}]
+    reads[:] = ["[{", "[{"]
+    with pytest.raises(json.JSONDecodeError):
+        read_reports(fs, "run", attempts=3, pause_s=0)

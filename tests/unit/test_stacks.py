@@ -213,4 +213,6 @@ def test_hang_watch_ignores_an_earlier_runs_barrier_warning(monkeypatch):
     assert "[1]" in watch.warning and dumped == [[{"pid": 1, "rank": 0}]]
     report = watch.report("rank 0 waits")
     assert report.startswith("rank 0 waits\nwarning: ") and "s after the warning was read" in report
-    assert report.endswith("rank 0 (pid 1, py-spy): not in your code (it returned from it, or never started it)")
+    assert report.endswith(
+        "rank 0 (pid 1, py-spy): not in your code (it returned from it, or never started it)"
+    )
