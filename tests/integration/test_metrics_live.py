@@ -42,9 +42,13 @@ def test_a_fit_is_sampled_with_ray_train_metrics(ray_session, storage):
     assert during["time"].nunique() >= 5, "sampled about once a second while the fit ran"
     assert {"cpu %", "memory used GB", "object store used MB"} <= set(during["metric"])
     train = set(frame["metric"][frame["metric"].str.startswith("ray_train_")])
-    # Ray Train's controller exports from the start; the workers' report times once they have reported.
+    # Ray Train's controller exports its state from the start. Every other series is recorded once (the
+    # group's start time) or at each report (the ranks' report times) and reaches the endpoint at the process's
+    # next export: a short fit can end before one of them is exported (CI once missed the start time while both
+    # ranks' report times were there), so the test asks for at least one of them.
     assert any(m.startswith("ray_train_controller_state[") for m in train), train
-    assert "ray_train_worker_group_start_total_time_s" in train, train
+    recorded_later = {m for m in train if "[rank " in m or m == "ray_train_worker_group_start_total_time_s"}
+    assert recorded_later, train
     assert not samples.errors, samples.errors[:3]
     fig = plots.utilization(frame, marks)
     assert [t.get_text() for t in fig.axes[0].texts] == ["epoch 0", "epoch 1"]
