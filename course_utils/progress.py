@@ -63,10 +63,8 @@ def fit_progress(
         nonlocal seen, checked
         try:
             rows = history.read_reports(fs, folder) or []
-        except (
-            OSError,
-            ValueError,
-        ):  # caught mid-rewrite (S3 moves are copy + delete): the next poll reads it
+        # Caught mid-rewrite (S3 moves are copy + delete; a cut-off read): the next poll reads it.
+        except (OSError, ValueError):
             rows = []
         if len(rows) > seen:
             if bar.desc != label:

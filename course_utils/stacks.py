@@ -355,12 +355,6 @@ def warning_block(log: str) -> str:
     return "\n".join(block)
 
 
-def _alive_sync_actors() -> list[dict[str, Any]]:
-    from course_utils import session
-
-    return session.alive_actors(SYNC_ACTOR_CLASS)
-
-
 class HangWatch:
     """Dump a run's workers once Ray's own signal says the hang is live; run it around ``fit()``.
 
@@ -394,7 +388,9 @@ class HangWatch:
 
     def start(self) -> HangWatch:
         if self.signal is barrier_warning:
-            earlier = {a["actor_id"] for a in _alive_sync_actors()}
+            from course_utils import session
+
+            earlier = {a["actor_id"] for a in session.alive_actors(SYNC_ACTOR_CLASS)}
             self.signal = lambda: barrier_warning(exclude=earlier)
         self._thread.start()
         return self
