@@ -48,10 +48,16 @@ from course_utils import rayinternals, session
 
 @dataclass
 class NodeSpec:
-    """Resources one node advertises (``ray start --num-cpus/--resources``)."""
+    """Resources one node advertises (``ray start --num-cpus/--num-gpus/--resources``).
+
+    ``num_gpus`` declares GPUs Ray schedules by, whether or not this machine has them: on a
+    machine without one, actors and pools that ask for GPUs are placed exactly as on a GPU node
+    (torch, seeing no CUDA, then runs them on the CPU). The GPU-shaped test tier uses it.
+    """
 
     num_cpus: int = 2
     resources: dict[str, float] = field(default_factory=dict)
+    num_gpus: int | None = None  # None: Ray counts this machine's GPUs, as a plain `ray start` does
 
 
 class LocalCluster:
@@ -83,6 +89,7 @@ class LocalCluster:
             "start",
             *extra,
             f"--num-cpus={spec.num_cpus}",
+            *([f"--num-gpus={spec.num_gpus}"] if spec.num_gpus is not None else []),
             f"--resources={json.dumps(spec.resources)}",
             f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
             f"--temp-dir={temp_dir}",
@@ -104,6 +111,10 @@ class LocalCluster:
             # spills on a small node); the spilling itself is in the node's logs. A host does the same.
             **session.RAYLET_ENV,
         }
+        if spec.num_gpus is not None:
+            # A declared count is checked against CUDA_VISIBLE_DEVICES when it is set ("Attempting to
+            # start raylet with 1 GPU, but CUDA_VISIBLE_DEVICES contains []"): the node is told, not asked.
+            env.pop("CUDA_VISIBLE_DEVICES", None)
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
