@@ -995,13 +995,14 @@ def check_batch_predictor(
     kept_order = context.execution_options.preserve_order
     context.execution_options.preserve_order = True
     ds = inference.images_dataset(np.asarray(images), np.asarray(labels), blocks=2)
+    pool = inference.pool_for(1)  # one actor, with a GPU share where the cluster has GPUs
     scored = ds.map_batches(
         predictor,
         fn_constructor_kwargs={"model": model_bytes},
-        compute=ray.data.ActorPoolStrategy(size=1),
+        compute=ray.data.ActorPoolStrategy(size=pool.size),
         batch_size=32,
         batch_format="numpy",
-        **inference.model_worker_options(),
+        **pool.actor_options(),
     )
     try:
         batches = list(scored.iter_batches(batch_size=None, batch_format="numpy"))

@@ -21,6 +21,7 @@ Actors ask for one CPU, and for a GPU only when the cluster has one. Their names
 
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
@@ -49,6 +50,125 @@ def model_worker_options(use_gpu: bool | None = None) -> dict[str, float]:
 
         use_gpu = ray.cluster_resources().get("GPU", 0) >= 1 if ray.is_initialized() else has_gpu()
     return {"num_cpus": 1, "num_gpus": 1} if use_gpu else {"num_cpus": 1}
+
+
+def gpu_share(pool_size: int, gpus: float) -> float:
+    """The GPU each of ``pool_size`` model actors asks for on a cluster with ``gpus`` GPUs: a whole
+    one when there are enough, else an equal share (1 GPU, 2 actors: 0.5 each); 0 without GPUs.
+
+    Inference holds one model and one batch at a time, a small part of a GPU's memory, so actors
+    can share a GPU; Ray documents fractional ``num_gpus`` for exactly this.
+    """
+    if gpus <= 0:
+        return 0.0
+    if pool_size < 1:
+        raise ValueError(f"A pool needs at least 1 actor, got {pool_size}.")
+    return min(1.0, 1.0 / math.ceil(pool_size / gpus))
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """A batch-inference pool sized to the cluster: how many model actors, and what each asks Ray for."""
+
+    size: int  # actors to start now (0: not even one fits now, wait in line)
+    wanted: int  # actors asked for
+    num_cpus: float
+    num_gpus: float = 0.0
+    why: str = ""
+
+    def need(self) -> dict[str, float]:
+        """What one actor needs free, in Ray's resource names (``{"CPU": 1, "GPU": 0.5}``)."""
+        return {name: amount for name, amount in (("CPU", self.num_cpus), ("GPU", self.num_gpus)) if amount}
+
+    def actor_options(self) -> dict[str, float]:
+        """``num_cpus``/``num_gpus`` for ``map_batches`` (each actor of the pool).
+
+        With a GPU share and 1 CPU, ``num_cpus`` is left out: Ray Data reserves 1 CPU for a GPU map by
+        itself, and names both only with a warning that the pairing is "experimental".
+        """
+        if not self.num_gpus:
+            return {"num_cpus": self.num_cpus}
+        return {"num_gpus": self.num_gpus, **({"num_cpus": self.num_cpus} if self.num_cpus != 1 else {})}
+
+    def describe(self) -> str:
+        each = f"{self.num_cpus:g} CPU" + (f" + {self.num_gpus:g} GPU" if self.num_gpus else "")
+        return f"pool of {self.size} model actor(s), each {each}: {self.why}"
+
+
+def plan_pool(
+    pool_size: int = 2,
+    cpus_per_actor: float = 1,
+    *,
+    total: dict[str, float] | None = None,
+    free: dict[str, float] | None = None,
+    nodes: list[dict[str, float]] | None = None,
+) -> PoolPlan:
+    """How big a batch-inference pool can be on the running cluster now, and each actor's resources.
+
+    Each actor takes ``cpus_per_actor`` CPUs and, on a cluster with GPUs, ``gpu_share`` of one. The
+    pool starts with as many actors as are free now (at most ``pool_size``): never more, because
+    a pool whose actors cannot all start may never finish, and actors waiting for slots that a
+    neighbour's run holds would wait silently. ``size == 0`` means not even one fits now
+    (``pool_for`` waits in line then). Raises ``session.ResourceError`` at once, in one sentence with
+    the numbers, when one actor could never fit on any node of this cluster. ``total``/``free``/
+    ``nodes`` default to the running cluster's (tests pass their own).
+    """
+    import ray
+
+    from course_utils.session import ResourceError
+
+    total = ray.cluster_resources() if total is None else total
+    free = ray.available_resources() if free is None else free
+    if nodes is None:
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    gpus = total.get("GPU", 0.0)
+    share = gpu_share(pool_size, gpus)
+    one = {name: amount for name, amount in (("CPU", cpus_per_actor), ("GPU", share)) if amount}
+    if not any(all(node.get(k, 0.0) + 1e-9 >= v for k, v in one.items()) for node in nodes):
+        largest = max(nodes, key=lambda n: (n.get("GPU", 0.0), n.get("CPU", 0.0)), default={})
+        asked = " + ".join(f"{v:g} {k}" for k, v in one.items())
+        has = " + ".join(f"{largest.get(k, 0.0):g} {k}" for k in one)
+        raise ResourceError(
+            f"One model actor of the pool needs {asked}, but the largest node of this cluster has {has}: "
+            f"it could never start. Ask for at most {largest.get('CPU', 0.0):g} CPU per actor."
+        )
+    fits_now = min(int((free.get(k, 0.0) + 1e-9) // v) for k, v in one.items())
+    size = max(0, min(pool_size, fits_now))
+    gpu_part = (
+        f"{gpus:g} GPU(s) shared by {pool_size} actors"
+        if share and share < 1
+        else "one GPU per actor"
+        if share
+        else "no GPU on this cluster"
+    )
+    if size == pool_size:
+        why = f"{size} as asked; {gpu_part}"
+    elif size:
+        why = (
+            f"{size} instead of {pool_size}: only {size} actor(s) fit in the slots free now "
+            f"(other runs hold the rest); {gpu_part}"
+        )
+    else:
+        why = f"none fits in the slots free now (other runs hold them); {gpu_part}"
+    return PoolPlan(size, pool_size, float(cpus_per_actor), share, why)
+
+
+def pool_for(pool_size: int = 2, cpus_per_actor: float = 1, *, poll_s: float = 1.0) -> PoolPlan:
+    """``plan_pool`` on the running cluster, waiting in line (one line, ``slots.wait_for``) while not
+    even one actor fits. It holds nothing while it waits."""
+    from course_utils import slots
+
+    plan = plan_pool(pool_size, cpus_per_actor)
+    if plan.size == 0:
+        slots.wait_for(plan.need(), "this pool", poll_s)
+        again = plan_pool(pool_size, cpus_per_actor)
+        # Another learner may take the slot first; Ray then queues our one actor until a slot frees.
+        plan = (
+            again
+            if again.size
+            else PoolPlan(1, pool_size, plan.num_cpus, plan.num_gpus, "1 after waiting in line")
+        )
+    return plan
 
 
 def _load(checkpoint: Any) -> tuple[torch.nn.Module, torch.device]:
@@ -127,17 +247,21 @@ def start_model_worker(checkpoint: Any, name: str | None = None):
     """Start a ``ModelWorker`` actor (1 CPU; 1 GPU only if the cluster has one) and return its handle.
 
     The actor gets a name starting with ``ACTOR_PREFIX``, in the learner's namespace
-    ``course-<learner>``, so the cleanup lesson finds it (and never another learner's).
+    ``course-<learner>``, so the cleanup lesson finds it (and never another learner's). On a busy
+    cluster it first waits in line, saying so, for the slots it needs (``slots.wait_for``).
     """
     import ray
 
+    from course_utils import slots
     from course_utils.config import learner_namespace
 
     actor_class = ray.remote(ModelWorker)
     name = name or f"{ACTOR_PREFIX}model-worker-{os.getpid()}-{time.monotonic_ns()}"
     if not name.startswith(ACTOR_PREFIX):
         raise ValueError(f"Course actor names start with {ACTOR_PREFIX!r}, got {name!r}.")
-    options = dict(name=name, namespace=learner_namespace(), **model_worker_options())
+    resources = model_worker_options()
+    slots.wait_for({"CPU": resources["num_cpus"], "GPU": resources.get("num_gpus", 0)}, "this model actor")
+    options = dict(name=name, namespace=learner_namespace(), **resources)
     return actor_class.options(**options).remote(checkpoint)
 
 
@@ -222,23 +346,31 @@ def images_dataset(images: np.ndarray, labels: np.ndarray | None = None, blocks:
 
 
 def batch_predict(
-    ds: Any, checkpoint: Any, *, pool_size: int = 2, batch_size: int = 256, cpus_per_actor: int = 1
+    ds: Any,
+    checkpoint: Any,
+    *,
+    pool: PoolPlan | None = None,
+    pool_size: int = 2,
+    batch_size: int = 256,
+    cpus_per_actor: float = 1,
 ):
-    """Score every row of ``ds`` with a pool of ``pool_size`` model actors (a lazy Dataset).
+    """Score every row of ``ds`` with a pool of model actors (a lazy Dataset).
 
-    ``ActorPoolStrategy`` is how Ray 2.58 spells an actor pool (``concurrency=`` is deprecated);
-    each actor takes the resources of a ``ModelWorker`` with ``cpus_per_actor`` CPUs (Ray then
-    sets ``OMP_NUM_THREADS``, so torch uses that many threads in the actor).
+    ``pool`` is a ``PoolPlan``; by default ``pool_for(pool_size, cpus_per_actor)`` sizes one to the
+    cluster now (waiting in line when nothing is free). ``ActorPoolStrategy`` is how Ray spells an
+    actor pool since 2.51 (``concurrency=`` is deprecated); with ``num_cpus`` per actor Ray sets
+    ``OMP_NUM_THREADS``, so torch uses that many threads in the actor.
     """
     import ray.data
 
+    pool = pool or pool_for(pool_size, cpus_per_actor)
     return ds.map_batches(
         BatchPredictor,
         fn_constructor_kwargs={"model": torchscript_bytes(checkpoint)},  # traced once, here
-        compute=ray.data.ActorPoolStrategy(size=pool_size),
+        compute=ray.data.ActorPoolStrategy(size=pool.size),
         batch_size=batch_size,
         batch_format="numpy",
-        **dict(model_worker_options(), num_cpus=cpus_per_actor),
+        **pool.actor_options(),
     )
 
 
@@ -351,6 +483,7 @@ class BatchTiming:
     startup_seconds: float  # until the first predictions reached the driver (pool started, model loaded)
     steady_rate: float  # images/s after the first predictions
     started_at: float = 0.0  # time.time() when the pipeline was built: to line up with Ray's task events
+    pool: PoolPlan | None = None  # the pool that ran it (sized to the cluster when it started)
 
     @property
     def rate(self) -> float:
@@ -375,13 +508,11 @@ def time_batch_inference(
     come early, and the driver's per-block work stays small (one batch per block was slower here)."""
     labels = np.zeros(len(images), dtype=np.int64)
     started_at, start = time.time(), time.perf_counter()
-    ds = images_dataset(images, labels, blocks=max(pool_size * 4, len(images) // (batch_size * 4)))
+    pool = pool_for(pool_size, cpus_per_actor)
+    ds = images_dataset(images, labels, blocks=max(pool.size * 4, len(images) // (batch_size * 4)))
     timings: dict[str, float] = {}
     _, predictions = collect_predictions(
-        batch_predict(
-            ds, checkpoint, pool_size=pool_size, batch_size=batch_size, cpus_per_actor=cpus_per_actor
-        ),
-        timings,
+        batch_predict(ds, checkpoint, pool=pool, batch_size=batch_size), timings
     )
     seconds = time.perf_counter() - start
     if len(predictions) != len(images):
@@ -390,7 +521,7 @@ def time_batch_inference(
         )
     startup = timings["first_batch_at"] - start
     steady = (len(images) - timings["first_batch_rows"]) / max(seconds - startup, 1e-9)
-    return BatchTiming(len(images), seconds, startup, steady, started_at)
+    return BatchTiming(len(images), seconds, startup, steady, started_at, pool)
 
 
 @dataclass(frozen=True)

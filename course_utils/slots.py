@@ -35,9 +35,16 @@ def short_of(need: dict[str, float], free: dict[str, float]) -> dict[str, float]
 
 
 def waiting_line(
-    need: dict[str, float], free: dict[str, float], total: dict[str, float], waited_s: float
+    need: dict[str, float],
+    free: dict[str, float],
+    total: dict[str, float],
+    waited_s: float,
+    what: str = "this run",
 ) -> str:
-    """``waiting for 2 CPU slots: 1 of 4 free, in use by other runs; this run starts when they finish (12 s)``."""
+    """``waiting for 2 CPU slots: 1 of 4 free, in use by other runs; this run starts when they finish (12 s)``.
+
+    ``what`` names who waits ("this run" for a fit, "this pool" for batch inference's model actors).
+    """
     parts = [
         f"{need[name]:g} {name} slot{'s' if need[name] != 1 else ''}: {free.get(name, 0.0):g} of "
         f"{total.get(name, 0.0):g} free"
@@ -45,7 +52,7 @@ def waiting_line(
     ]
     return (
         f"waiting for {'; '.join(parts)}, in use by other runs on this cluster; "
-        f"this run starts when they finish ({waited_s:.0f} s)"
+        f"{what} starts when they finish ({waited_s:.0f} s)"
     )
 
 
@@ -64,13 +71,29 @@ def wait_for_slots(
     updates it in place) says what the run waits for, until it can start. ``free``/``total`` default
     to ``ray.available_resources``/``ray.cluster_resources`` (tests pass their own).
     """
+    return wait_for(needed(scaling_config), "this run", poll_s, quiet_s, free=free, total=total)
+
+
+def wait_for(
+    need: dict[str, float],
+    what: str = "this run",
+    poll_s: float = 1.0,
+    quiet_s: float = 5.0,
+    *,
+    free: Callable[[], dict[str, float]] | None = None,
+    total: Callable[[], dict[str, float]] | None = None,
+) -> float:
+    """Return once ``need`` (e.g. ``{"CPU": 1, "GPU": 0.5}``) is free on the cluster; the seconds waited.
+
+    ``wait_for_slots`` for anything that is not a fit: batch inference's pool, a model actor. It
+    holds nothing while it waits, so a learner never sits on slots another learner waits for.
+    """
     import ray
 
     if free is None and not ray.is_initialized():
         return 0.0  # fit() starts a local Ray of its own: nothing else runs there
     free = free or ray.available_resources
     total = total or ray.cluster_resources
-    need = needed(scaling_config)
     now = free()
     started = time.monotonic()
     # Slots a run that just ended held come back a moment after its fit() returned: wait quietly first.
@@ -79,16 +102,16 @@ def wait_for_slots(
         now = free()
     if not short_of(need, now):
         return time.monotonic() - started
-    bar = tqdm(total=None, desc=waiting_line(need, now, total(), 0.0), bar_format="{desc}", leave=True)
+    bar = tqdm(total=None, desc=waiting_line(need, now, total(), 0.0, what), bar_format="{desc}", leave=True)
     try:
         while short_of(need, now):
             time.sleep(poll_s)
             now = free()
             bar.set_description_str(
-                waiting_line(need, now, total(), time.monotonic() - started), refresh=True
+                waiting_line(need, now, total(), time.monotonic() - started, what), refresh=True
             )
         waited = time.monotonic() - started
-        bar.set_description_str(f"slots free after {waited:.0f} s of waiting: the run starts", refresh=True)
+        bar.set_description_str(f"slots free after {waited:.0f} s of waiting: {what} starts", refresh=True)
         return waited
     finally:
         bar.close()

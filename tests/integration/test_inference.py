@@ -84,3 +84,41 @@ def test_kill_course_actors_leaves_none_alive(ray_session, checkpoint_dir):
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(workers[0].info.remote(), timeout=30)
     assert [a for a in cleanup.alive_course_actors() if "ModelWorker" in a["class_name"]] == []
+
+
+def test_a_pool_on_a_full_cluster_waits_in_line_and_finishes_once_slots_free(
+    ray_session, checkpoint_dir, digits, capsys
+):
+    """Four learners on four slots: every slot held by someone else's work. Lesson 05's pool neither
+    hangs nor grabs a slot it must then wait beside: it says it waits, starts once a slot frees, and
+    scores every digit."""
+    import threading
+    import time
+
+    import ray
+
+    images, _ = digits
+    slots = int(ray.cluster_resources()["CPU"])
+
+    @ray.remote(num_cpus=slots)
+    class OtherLearners:
+        def ping(self) -> str:
+            return "holding"
+
+    holder = OtherLearners.remote()
+    ray.get(holder.ping.remote())
+    freed_at: list[float] = []
+
+    def free_later() -> None:
+        time.sleep(12)
+        freed_at.append(time.monotonic())
+        ray.kill(holder, no_restart=True)
+
+    threading.Thread(target=free_later, daemon=True).start()
+    started = time.monotonic()
+    timing = inference.time_batch_inference(checkpoint_dir, images, pool_size=2, batch_size=64)
+    err = capsys.readouterr().err
+    assert timing.images == len(images), "every digit scored"
+    assert freed_at and time.monotonic() - started > 12, "it could only finish after the slots freed"
+    assert f"waiting for 1 CPU slot: 0 of {slots} free" in err and "this pool starts when they finish" in err
+    assert timing.pool is not None and 1 <= timing.pool.size <= 2

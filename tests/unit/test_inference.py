@@ -44,6 +44,81 @@ def test_model_worker_options_ask_for_a_gpu_only_when_told_there_is_one():
     assert inference.model_worker_options(use_gpu=True) == {"num_cpus": 1, "num_gpus": 1}
 
 
+@pytest.mark.parametrize(
+    ("pool", "gpus", "share"),
+    [(2, 0, 0.0), (2, 1, 0.5), (2, 2, 1.0), (2, 4, 1.0), (3, 1, 1 / 3), (4, 2, 0.5), (1, 1, 1.0)],
+)
+def test_pool_actors_share_gpus_when_there_are_fewer_than_actors(pool, gpus, share):
+    assert inference.gpu_share(pool, gpus) == pytest.approx(share)
+    assert pool * inference.gpu_share(pool, gpus) <= max(gpus, 0) + 1e-9
+
+
+def _plan(pool=2, cpus=1, *, total, free, nodes=None):
+    return inference.plan_pool(pool, cpus, total=total, free=free, nodes=nodes or [total])
+
+
+def test_a_pool_on_one_declared_gpu_shares_it_and_starts_with_what_is_free():
+    """Lesson 05 on one GPU: the model actor freed, both pool actors fit on half a GPU each."""
+    plan = _plan(total={"CPU": 4, "GPU": 1}, free={"CPU": 4, "GPU": 1})
+    assert (plan.size, plan.num_cpus, plan.num_gpus) == (2, 1.0, 0.5)
+    # Ray Data reserves 1 CPU for a GPU map itself, and warns ("experimental") when both are named.
+    assert plan.actor_options() == {"num_gpus": 0.5} and plan.need() == {"CPU": 1.0, "GPU": 0.5}
+    assert "1 GPU(s) shared by 2 actors" in plan.describe()
+    # The model actor still holding the GPU (what hung on the H200): nothing fits, and the plan says so.
+    held = _plan(total={"CPU": 4, "GPU": 1}, free={"CPU": 3, "GPU": 0})
+    assert held.size == 0 and "none fits" in held.why
+
+
+def test_a_pool_on_a_busy_cpu_cluster_is_sized_down_or_waits():
+    """The workshop: 4 learners on 4 slots. A pool takes what is free, never asks for more."""
+    assert _plan(total={"CPU": 4}, free={"CPU": 1}).size == 1
+    one = _plan(total={"CPU": 4}, free={"CPU": 1})
+    assert "1 instead of 2" in one.why and one.need() == {"CPU": 1.0}
+    assert _plan(total={"CPU": 4}, free={"CPU": 0}).size == 0
+    assert _plan(total={"CPU": 4}, free={"CPU": 4}).size == 2
+
+
+def test_an_actor_that_could_never_fit_fails_at_once_in_one_sentence():
+    from course_utils.session import ResourceError
+
+    with pytest.raises(ResourceError) as info:
+        _plan(cpus=8, total={"CPU": 8}, free={"CPU": 8}, nodes=[{"CPU": 4}, {"CPU": 4}])
+    message = str(info.value)
+    assert "needs 8 CPU" in message and "largest node of this cluster has 4 CPU" in message
+    assert "\n" not in message
+
+
+def test_pool_for_waits_in_line_until_one_actor_fits(monkeypatch, capsys):
+    """Nothing free: one line while waiting, then the pool sized to what freed up."""
+    readings = iter([{"CPU": 0.0}] * 3 + [{"CPU": 1.0}] * 10)
+    now = {"free": {"CPU": 0.0}}
+
+    def free():
+        now["free"] = next(readings)
+        return now["free"]
+
+    real_plan = inference.plan_pool
+    monkeypatch.setattr(
+        inference,
+        "plan_pool",
+        lambda size, cpus: real_plan(size, cpus, total={"CPU": 4}, free=now["free"], nodes=[{"CPU": 4}]),
+    )
+    from course_utils import slots
+
+    real_wait = slots.wait_for
+    monkeypatch.setattr(
+        slots,
+        "wait_for",
+        lambda need, what, poll_s: real_wait(
+            need, what, 0.01, quiet_s=0, free=free, total=lambda: {"CPU": 4.0}
+        ),
+    )
+    plan = inference.pool_for(2)
+    err = capsys.readouterr().err
+    assert plan.size == 1
+    assert "waiting for 1 CPU slot: 0 of 4 free" in err and "this pool starts when they finish" in err
+
+
 def test_accuracy_and_confusion_matrix():
     labels = np.array([0, 1, 2, 2, 9])
     preds = np.array([0, 1, 1, 2, 9])

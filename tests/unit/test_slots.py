@@ -59,7 +59,7 @@ def test_a_busy_cluster_gets_one_updated_line_until_the_slots_free(capsys):
     err = capsys.readouterr().err
     assert waited > 0
     assert "waiting for 2 CPU slots: 0 of 4 free" in err and "1 of 4 free" in err
-    assert "this run starts when they finish" in err and "the run starts" in err
+    assert "this run starts when they finish" in err and "of waiting: this run starts" in err
     assert "Traceback" not in err
 
 
