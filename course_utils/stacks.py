@@ -14,6 +14,7 @@ first library frame below it: where *your* code is, and the line it is waiting o
 
 from __future__ import annotations
 
+import functools
 import json
 import linecache
 import os
@@ -108,21 +109,87 @@ class WorkerStack:
         return "\n".join(lines)
 
 
+# Libraries whose frames py-spy may name by a short path ("ray/_private/worker.py") when it cannot
+# tell the full one; what they are is decided by where the import system finds them here.
+LIBRARY_PACKAGES = ("ray", "torch", "numpy", "pandas", "pyarrow", "tqdm", "torchvision", "torchdata")
+
+
+def _course_root() -> Path:
+    """The folder of the course's own package: its frames are never a library's."""
+    return Path(__file__).resolve().parent
+
+
+@functools.lru_cache(maxsize=1)
 def _library_roots() -> tuple[str, ...]:
-    paths = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return tuple(sorted(p.rstrip("/") + "/" for p in paths if p))
+    """Folders holding Python's own modules and installed packages, taken from where they really are.
+
+    The interpreter's stdlib and site folders; the folder each installed distribution lives in
+    (``importlib.metadata``: a ``pip install --target`` folder on ``PYTHONPATH``, Debian's
+    ``dist-packages``, a conda env); and the folder the import system finds each of
+    ``LIBRARY_PACKAGES`` in (``ray.__file__``'s parent's parent, even without its metadata). A folder
+    that holds the course's own package is left out. Worked out once per process, on first use.
+    """
+    import importlib.metadata
+    import importlib.util
+
+    found = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    for dist in importlib.metadata.distributions():
+        try:
+            found.add(str(dist.locate_file("")))
+        except Exception:  # a broken distribution record: not a reason to misread a stack
+            continue
+    for name in LIBRARY_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            found.add(str(Path(location).parent))
+    course = _course_root()
+    roots = set()
+    for root in filter(None, found):
+        for variant in (Path(root), Path(root).resolve()):
+            if variant != Path(variant.anchor) and not course.is_relative_to(variant):
+                roots.add(str(variant).rstrip("/") + "/")
+    return tuple(sorted(roots))
+
+
+def _importable_library(top: str) -> bool:
+    """True when the import system finds top-level module ``top`` in a library folder here."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    if spec.origin in ("built-in", "frozen"):
+        return True
+    where = spec.origin or next(iter(spec.submodule_search_locations or []), None)
+    return where is not None and is_library(str(where))
 
 
 def is_library(file: str) -> bool:
-    """True for Python's own and installed packages' files (full paths or py-spy's short ones)."""
+    """True for Python's own and installed packages' files (full paths or py-spy's short ones).
+
+    Decided by where the modules really are (``_library_roots``), so Ray installed in a ``--target``
+    folder on ``PYTHONPATH``, in Debian's ``dist-packages`` or in conda counts as Ray. A full path in no
+    such folder counts as a library's only inside a ``site-packages``/``dist-packages`` folder this
+    process cannot see (another node's install); anything else is the learner's or the course's code.
+    """
     if file.startswith("<"):  # <frozen ...>, <string>
         return True
-    if "/site-packages/" in file or "/dist-packages/" in file or file.startswith(_library_roots()):
-        return True
-    if file.startswith("/"):  # a full path elsewhere: the learner's (or the course's) code
-        return False
+    if file.startswith("/"):
+        course = _course_root()
+        real = os.path.realpath(file)
+        if Path(file).is_relative_to(course) or Path(real).is_relative_to(course):
+            return False
+        if file.startswith(_library_roots()) or real.startswith(_library_roots()):
+            return True
+        return "/site-packages/" in file or "/dist-packages/" in file
     top = file.split("/")[0].removesuffix(".py")  # py-spy's short name: the package part
-    return top in sys.stdlib_module_names or top in {"ray", "torch", "numpy", "pandas", "pyarrow", "tqdm"}
+    return top in sys.stdlib_module_names or _importable_library(top)
 
 
 def learner_frames(frames: list[Frame], functions: Iterable[str] = ()) -> list[Frame]:

@@ -216,3 +216,67 @@ def test_hang_watch_ignores_an_earlier_runs_barrier_warning(monkeypatch):
     assert report.endswith(
         "rank 0 (pid 1, py-spy): not in your code (it returned from it, or never started it)"
     )
+
+
+# Where a package lives decides it, not the folder's name: Ray from a `pip install --target` folder on
+# PYTHONPATH (what the first GPU machine had), and a package in Debian's dist-packages.
+WHERE_RAY_IS = """
+import importlib.util, sys
+from course_utils import stacks
+print(importlib.util.find_spec("ray").origin)
+for name in sys.argv[1:]:
+    print(name, stacks.is_library(name))
+"""
+
+
+def test_library_frames_are_found_where_the_import_system_finds_them(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from course_utils.config import REPO_ROOT
+
+    # A --target folder (no "site-packages" in its path) whose ray shadows the venv's, as PYTHONPATH
+    # made it on that machine; and a package known only by its metadata (a dist-info folder).
+    target = tmp_path / "vendor"
+    (target / "ray" / "train").mkdir(parents=True)
+    (target / "ray" / "__init__.py").write_text("")
+    (target / "vendored").mkdir()
+    (target / "vendored" / "__init__.py").write_text("")
+    (target / "vendored-1.0.dist-info").mkdir()
+    (target / "vendored-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: vendored\nVersion: 1.0\n"
+    )
+    debian = tmp_path / "usr" / "lib" / "python3" / "dist-packages" / "debpkg"
+    debian.mkdir(parents=True)
+    (debian / "__init__.py").write_text("")
+    learner = tmp_path / "home" / "me" / "my_loop.py"
+    files = [
+        f"{target}/ray/train/v2/api/train_fn_utils.py",
+        "ray/train/v2/api/train_fn_utils.py",
+        f"{target}/vendored/core.py",
+        f"{debian}/worker.py",
+        "debpkg/worker.py",
+        str(learner),
+        f"{REPO_ROOT}/course_utils/faults.py",
+    ]
+    run = subprocess.run(
+        [sys.executable, "-c", WHERE_RAY_IS, *files],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(debian.parent), str(REPO_ROOT)])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    found_ray, *lines = run.stdout.splitlines()
+    assert found_ray == f"{target}/ray/__init__.py", "the subprocess finds the --target folder's ray first"
+    verdicts = dict(line.rsplit(" ", 1) for line in lines)
+    assert verdicts == {
+        files[0]: "True",  # Ray where the import system found it, on PYTHONPATH
+        files[1]: "True",  # py-spy's short name for it
+        files[2]: "True",  # a distribution's folder, from its metadata
+        files[3]: "True",  # Debian's dist-packages, on the path
+        files[4]: "True",
+        files[5]: "False",  # the learner's file
+        files[6]: "False",  # the course's own code
+    }, run.stdout
