@@ -160,9 +160,36 @@ def for_lesson(lesson: str, mnist: Any, profile: str | None = None, gpus: int | 
         )
         name = "fit" if lesson == "02" else "fit_ray_data"
         plan.runs[name] = Run(name, real, why)
+        if lesson == "02":
+            plan.runs["eval_split"] = _eval_split(real)
     else:
         plan.runs.update(_lesson04(active, real, gpus, train, test))
     return plan
+
+
+def _eval_split(fit: Profile) -> Run:
+    """Lesson 02's "evaluate once, not once per worker": the test set split over the fit's ranks.
+
+    With one worker (one GPU) that worker's share *is* the whole set, and a comparison of the two
+    would compare a thing with itself; the lesson then shows the split for 2 ranks, what a second
+    worker would change, and says so. It runs on the driver, so it needs no second device.
+    """
+    if fit.num_workers >= 2:
+        return Run(
+            "eval_split",
+            fit,
+            f"the fit's {fit.num_workers} ranks each score 1/{fit.num_workers} of the test set",
+            "10: evaluate once, not once per worker",
+            trains=False,
+        )
+    return Run(
+        "eval_split",
+        fit.with_(num_workers=2),
+        "the fit has 1 worker, whose share is the whole test set: shown for 2 ranks, "
+        "what a second worker would change",
+        "10: evaluate once, not once per worker",
+        trains=False,
+    )
 
 
 def _lesson04(active: Profile, real: Profile, gpus: int, train: int, test: int) -> dict[str, Run]:

@@ -51,7 +51,10 @@ EXPECTED = {
             "baseline": ("smoke", 1, False, 3, 4000, 128, 32),
             "ray_task": ("smoke", 1, False, 1, 4000, 128, 32),
         },
-        "02": {"fit": ("smoke", 2, False, 3, 4000, 128, 32)},
+        "02": {
+            "fit": ("smoke", 2, False, 3, 4000, 128, 32),
+            "eval_split": ("smoke", 2, False, 3, 4000, 128, 32),
+        },
         "03": {"fit_ray_data": ("smoke", 2, False, 3, 4000, 128, 32)},
         "04": {
             "faults": ("smoke", 2, False, 3, 1024, 128, 8),
@@ -64,7 +67,10 @@ EXPECTED = {
             "baseline": ("full", 1, False, 5, 60000, 256, 235),
             "ray_task": ("full", 1, False, 1, 60000, 256, 235),
         },
-        "02": {"fit": ("full", 1, False, 5, 60000, 256, 235)},
+        "02": {
+            "fit": ("full", 1, False, 5, 60000, 256, 235),
+            "eval_split": ("full", 2, False, 5, 60000, 256, 235),
+        },
         "03": {"fit_ray_data": ("full", 1, False, 5, 60000, 256, 235)},
         "04": {
             "faults": ("full", 2, False, 3, 1024, 128, 8),
@@ -77,7 +83,10 @@ EXPECTED = {
             "baseline": ("full", 1, True, 5, 60000, 256, 235),
             "ray_task": ("full", 1, True, 1, 60000, 256, 235),
         },
-        "02": {"fit": ("full", 1, True, 5, 60000, 256, 235)},
+        "02": {
+            "fit": ("full", 1, True, 5, 60000, 256, 235),
+            "eval_split": ("full", 2, True, 5, 60000, 256, 235),  # one GPU worker: shown for 2 ranks
+        },
         "03": {"fit_ray_data": ("full", 1, True, 5, 60000, 256, 235)},
         "04": {
             "faults": ("full", 2, False, 3, 1024, 128, 8),
@@ -90,7 +99,10 @@ EXPECTED = {
             "baseline": ("full", 1, True, 5, 60000, 256, 235),
             "ray_task": ("full", 1, True, 1, 60000, 256, 235),
         },
-        "02": {"fit": ("full", 4, True, 5, 60000, 256, 235)},
+        "02": {
+            "fit": ("full", 4, True, 5, 60000, 256, 235),
+            "eval_split": ("full", 4, True, 5, 60000, 256, 235),
+        },
         "03": {"fit_ray_data": ("full", 4, True, 5, 60000, 256, 235)},
         "04": {
             "faults": ("full", 4, True, 3, 2048, 256, 8),
@@ -103,7 +115,10 @@ EXPECTED = {
             "baseline": ("smoke", 1, True, 3, 4000, 128, 32),
             "ray_task": ("smoke", 1, True, 1, 4000, 128, 32),
         },
-        "02": {"fit": ("smoke", 2, False, 3, 4000, 128, 32)},
+        "02": {
+            "fit": ("smoke", 2, False, 3, 4000, 128, 32),
+            "eval_split": ("smoke", 2, False, 3, 4000, 128, 32),
+        },
         "03": {"fit_ray_data": ("smoke", 2, False, 3, 4000, 128, 32)},
         "04": {
             "faults": ("smoke", 2, False, 3, 1024, 128, 8),
@@ -124,6 +139,21 @@ def test_every_lesson_plan(gpus, case):
         got = {name: _shape(run) for name, run in lesson_plan.runs.items()}
         assert got == runs, f"lesson {lesson}, {count} GPU(s), COURSE_PROFILE={profile}"
         _check_consistent(lesson_plan)
+
+
+@pytest.mark.parametrize(("count", "ranks"), [(0, 2), (1, 2), (2, 2), (4, 4)])
+def test_lesson_02_evaluation_split_is_decided_by_the_plan(gpus, count, ranks):
+    """One GPU means one worker, whose share is the whole test set: the comparison of section 10 then
+    splits for 2 ranks and says why; with 2 or more workers, over the fit's own ranks."""
+    gpus(count)
+    lesson = plan.for_lesson("02", FULL_MNIST)
+    split, fit = lesson["eval_split"], lesson["fit"]
+    assert split.profile.num_workers == ranks >= 2, "a share smaller than the whole needs 2 or more ranks"
+    if fit.profile.num_workers == 1:
+        assert "1 worker" in split.why and "whole test set" in split.why
+    else:
+        assert split.profile.num_workers == fit.profile.num_workers and "ranks" in split.why
+    assert not split.trains
 
 
 @pytest.mark.parametrize("count", [0, 1, 4])
