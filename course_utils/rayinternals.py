@@ -128,3 +128,22 @@ def tick_autoscaling_coordinator(coordinator: Any, timeout_s: float) -> None:
     import ray
 
     ray.get(coordinator._tick.remote(), timeout=timeout_s)
+
+
+def start_autoscaling_coordinator() -> Any:
+    """Create Ray's autoscaling coordinator if the cluster has none yet (``get_or_create_autoscaling_coordinator``
+    in ray/data/_internal/cluster_autoscaler/default_autoscaling_coordinator.py); its handle, at once.
+
+    Why: every Train V2 fit's controller registers its workers' resources with this detached actor,
+    waiting 5 s for the answer (``AUTOSCALING_REQUESTS_GET_TIMEOUT_S`` in
+    ray/train/v2/_internal/execution/scaling_policy/autoscaling_coordinator_client.py). The first fit on
+    a fresh cluster creates it then; where starting its worker process takes longer than 5 s (a fresh
+    16-core node starting a dozen worker processes at once, first seen on a GPU machine) the request
+    times out and the controller logs "Failed to send resource request" with a traceback into the
+    notebook. Ray has no public call that creates it. Checked on Ray 2.60.0.
+    """
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+        get_or_create_autoscaling_coordinator,
+    )
+
+    return get_or_create_autoscaling_coordinator()

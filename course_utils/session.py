@@ -304,6 +304,9 @@ def start_ray(
             init_kwargs.setdefault("address", "local")
             context = ray.init(num_cpus=cpus, **init_kwargs)
         _ray_context = (ray.get_runtime_context().gcs_address, context)
+        # Ray Train's controller asks this actor for resources with a 5 s timeout; created now, it is
+        # up long before the first fit (ready_for_fits waits for it, rayinternals says why).
+        rayinternals.start_autoscaling_coordinator()
     session = _session(connected)
     if verbose:
         print(session.describe())
@@ -375,11 +378,67 @@ def resources_per_worker(scaling_config: Any) -> dict[str, float]:
     return per_worker
 
 
+def cpu_split(scaling_config: Any, cpu_slots: float | None = None) -> tuple[float, str]:
+    """(CPU slots left for Ray Data, one sentence saying how the cluster's CPU slots divide) for a fit
+    with ``scaling_config``: training workers on CPUs take a slot each, GPU workers take none.
+
+    ``cpu_slots`` defaults to the running cluster's CPUs.
+    """
+    import ray
+
+    slots = ray.cluster_resources().get("CPU", 0.0) if cpu_slots is None else float(cpu_slots)
+    _, workers = worker_count_bounds(scaling_config.num_workers)
+    per_worker = resources_per_worker(scaling_config)
+    train = per_worker.get("CPU", 0.0) * workers
+    left = slots - train
+    if scaling_config.use_gpu:
+        takes = f"{per_worker.get('GPU', 1):g} GPU" + (
+            f" and {per_worker['CPU']:g} CPU slot(s)" if per_worker.get("CPU") else " and no CPU slot"
+        )
+        sentence = (
+            f"CPU slots: {slots:g}. The {workers} training worker(s) take {takes} each, "
+            f"so Ray Data has {left:g} CPU slot(s) to prepare batches."
+        )
+    else:
+        sentence = (
+            f"CPU slots: {slots:g} (LOCAL_MIN_CPUS = {LOCAL_MIN_CPUS} on a laptop): {train:g} for the {workers} "
+            f"training worker(s), {left:g} for Ray Data."
+        )
+    return left, sentence
+
+
+# How long a fit's preflight waits for Ray's autoscaling coordinator to answer (it starts in seconds).
+COORDINATOR_READY_S = 120.0
+
+
+def ready_for_fits(timeout_s: float = COORDINATOR_READY_S) -> bool:
+    """Wait until Ray's autoscaling coordinator answers, creating it if needed; True once it does.
+
+    Every fit's controller asks it for resources and gives it 5 s (``rayinternals.start_autoscaling_coordinator``
+    says why that fails on a fresh node): waiting here, before the fit, turns that race into a short
+    wait. False, silently, when it does not answer in ``timeout_s`` or this Ray has no such actor:
+    the fit then runs as it would without the course.
+    """
+    import ray
+
+    from course_utils import rayinternals
+
+    if not ray.is_initialized():
+        return False
+    try:
+        coordinator = rayinternals.start_autoscaling_coordinator()
+        ray.get(coordinator.__ray_ready__.remote(), timeout=timeout_s)
+    except Exception:  # a Ray without it, or a cluster too busy to start it: the fit's own request decides
+        return False
+    return True
+
+
 def check_resources(scaling_config: Any, global_batch: int | None = None) -> None:
     """Fail fast, in plain words, when a ScalingConfig cannot fit the running cluster.
 
     Without this a too-big request does not fail: Ray Train waits for resources that never
-    come. Elastic configs need only their minimum to fit. With ``global_batch`` also checks it
+    come. Elastic configs need only their minimum to fit. Also waits for Ray's autoscaling
+    coordinator to answer (``ready_for_fits``). With ``global_batch`` also checks it
     splits evenly across the maximum and minimum worker counts.
     """
     import ray
@@ -392,6 +451,7 @@ def check_resources(scaling_config: Any, global_batch: int | None = None) -> Non
             per_worker_batch(global_batch, n)
     per_worker = resources_per_worker(scaling_config)
     have = ray.cluster_resources()
+    ready_for_fits()  # the fit's first request to Ray's autoscaling coordinator must find it up
     for name, amount in per_worker.items():
         need = amount * low
         if need > have.get(name, 0):

@@ -26,6 +26,7 @@ CLUSTER = "cluster someone else started: `ray start --head` + RAY_ADDRESS"
 S3 = "S3-compatible storage: COURSE_STORAGE=s3://bucket/prefix (moto server on loopback)"
 SHARED = "shared storage and cluster: only the learner's own things are removed"
 GPU = "GPU runner, 1 or N GPUs: the lesson plans for 0, 1 and 4 GPUs, gpu.yml's probe"
+GPU_SHAPED = "GPU-shaped: a Ray cluster that declares 1 or 2 GPUs on this CPU machine (lessons 05-06, pools, preflights)"
 BROWSER = "JupyterLab in a browser: ./build.sh lab headless + Chromium (Playwright), every lesson from the UI"
 
 LESSONS = lessons()  # notebooks/NN_*.ipynb in order, as ./build.sh course runs them
@@ -68,12 +69,11 @@ FAILURES_ON_PURPOSE: dict[str, tuple[str, ...]] = {
 
 
 # Cells whose stderr the lesson announces in the markdown before them, by lesson and first line, with
-# the phrase every such line carries: lesson 03's split-hang demo runs beside the main fit, and Ray
-# Data's warning about its waiting reader may land in the fit's output (the text before the demo's
-# start cell, "Before the fit: a demo for later", says so; Going further section 18 shows the hang).
+# the phrase every such line carries: lesson 03's split-hang demo (Going further, section 18) waits for
+# Ray Data's warning about its waiting reader, which Ray also sends to the driver's output.
 ANNOUNCED_STDERR: dict[str, dict[str, str]] = {
     "03_ray_data_integration.ipynb": {
-        "# 11. TorchTrainer with datasets=": "blocked waiting on other clients"
+        "# 18. Going further: the warning, the stacks and a bounded wait": "blocked waiting on other clients"
     },
 }
 

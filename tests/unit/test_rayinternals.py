@@ -168,6 +168,26 @@ def test_the_autoscaling_coordinator_the_elastic_demo_refreshes():
     )
 
 
+def test_the_coordinator_every_fit_asks_for_resources_and_its_short_timeout():
+    """start_autoscaling_coordinator creates the actor Train V2's controller asks, with a 5 s timeout,
+    at the start of every fit; the course creates it first so that request finds it up."""
+    name = "ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator"
+    module = _module(name)
+    assert callable(getattr(module, "get_or_create_autoscaling_coordinator", None)), (
+        f"{name}.get_or_create_autoscaling_coordinator moved in Ray {_version()}: {SEE}"
+    )
+    client = "ray.train.v2._internal.execution.scaling_policy.autoscaling_coordinator_client"
+    source = _source(client)
+    assert "get_or_create_autoscaling_coordinator()" in source, (
+        f"Ray Train's controller no longer asks the autoscaling coordinator in Ray {_version()}: {SEE}"
+    )
+    timeout = re.search(r"AUTOSCALING_REQUESTS_GET_TIMEOUT_S = (\d+)", source)
+    assert timeout and int(timeout.group(1)) <= 30, (
+        f"the controller's wait for the coordinator changed in Ray {_version()} "
+        f"({timeout and timeout.group(0)}): is the warm-up still needed? {SEE}"
+    )
+
+
 def test_ray_datas_log_level_variable_and_progress_logger(monkeypatch):
     logging_module = _module("ray.data._internal.logging")
     monkeypatch.setenv(rayinternals.DATA_LOG_LEVEL_ENV, "WARNING")

@@ -251,3 +251,33 @@ def test_a_driver_that_cannot_connect_for_another_reason_keeps_rays_error(monkey
     monkeypatch.setattr(ray, "init", down)
     with pytest.raises(ConnectionError, match="^Failed to connect"):
         session._connect("10.0.0.1:6379", {}, {})
+
+
+@pytest.mark.parametrize(
+    ("config", "slots", "left", "words"),
+    [
+        (
+            ScalingConfig(num_workers=2),
+            4,
+            2,
+            "4 (LOCAL_MIN_CPUS = 4 on a laptop): 2 for the 2 training worker(s), 2 for Ray Data",
+        ),
+        # A 16-core GPU node: workers take GPUs, not CPU slots (it read "training workers 0" before).
+        (
+            ScalingConfig(num_workers=1, use_gpu=True),
+            16,
+            16,
+            "The 1 training worker(s) take 1 GPU and no CPU slot each, so Ray Data has 16",
+        ),
+        (
+            ScalingConfig(num_workers=2, use_gpu=True, resources_per_worker={"CPU": 2, "GPU": 1}),
+            16,
+            12,
+            "take 1 GPU and 2 CPU slot(s) each, so Ray Data has 12",
+        ),
+    ],
+)
+def test_cpu_split_says_what_the_training_workers_take(config, slots, left, words):
+    got_left, sentence = session.cpu_split(config, cpu_slots=slots)
+    assert got_left == left and words in sentence, sentence
+    assert "training workers 0" not in sentence
