@@ -118,14 +118,23 @@ def offline_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     return x[train_idx], y[train_idx], x[test_idx], y[test_idx]
 
 
-def _materialise_offline(root: Path) -> None:
-    raw = _raw_dir(root)
+def write_mnist(
+    root: str | Path, train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray]
+) -> Path:
+    """Write (images uint8 [N, 28, 28], labels) pairs as MNIST's raw files under ``root``, where
+    ``mnist(..., root)`` reads them: the offline copy, or a benchmark's copy of other digits."""
+    raw = _raw_dir(Path(root))
     raw.mkdir(parents=True, exist_ok=True)
-    train_x, train_y, test_x, test_y = offline_split()
-    for split, (x, y) in {"train": (train_x, train_y), "test": (test_x, test_y)}.items():
+    for split, (x, y) in {"train": train, "test": test}.items():
         img_name, lbl_name = _RAW_FILES[split]
         _write_idx_images(raw / img_name, x)
         _write_idx_labels(raw / lbl_name, y)
+    return Path(root)
+
+
+def _materialise_offline(root: Path) -> None:
+    train_x, train_y, test_x, test_y = offline_split()
+    write_mnist(root, (train_x, train_y), (test_x, test_y))
     # Shared, not anyone's: every learner whose COURSE_DATA points here reads it, so no lesson
     # deletes it (``./build.sh clean --data`` does, when nobody needs it any more).
     (root / "MNIST" / OFFLINE_MARKER).write_text(
@@ -201,9 +210,17 @@ def course_datasets(
 
 
 def make_loader(dataset: Dataset, batch_size: int, shuffle: bool, seed: int = 0) -> DataLoader:
-    """A DataLoader with a seeded shuffle, so two runs see batches in the same order."""
+    """A DataLoader with a seeded shuffle, so two runs see batches in the same order.
+
+    Where a GPU trains, ``device.loader_options()`` adds worker processes and pinned memory, so
+    decoding the next batches overlaps the GPU's work; on the CPU it adds nothing.
+    """
+    from course_utils.device import loader_options
+
     generator = torch.Generator().manual_seed(seed) if shuffle else None
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, generator=generator)
+    return DataLoader(
+        dataset, batch_size=batch_size, shuffle=shuffle, generator=generator, **loader_options()
+    )
 
 
 def raw_arrays(

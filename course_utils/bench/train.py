@@ -29,7 +29,14 @@ def main(argv: Sequence[str] | None = None) -> float:
     epochs after the first (the first pays for warm-up), training time only (evaluation and
     Ray's start-up excluded: they are reported separately). Prints the ratio best Ray / plain.
     """
-    parser = argparse.ArgumentParser(prog="python -m course_utils.bench train")
+    if "--gpu" in (argv or []):  # the GPU comparison: its own module, its own options
+        from course_utils.bench import gpu
+
+        return gpu.main([a for a in argv if a != "--gpu"])
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.bench train",
+        epilog="--gpu: plain PyTorch vs Ray Train vs Ray Train + Ray Data on one GPU (course_utils.bench.gpu)",
+    )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--train-size", type=int, default=4000)
     parser.add_argument("--batch-size", type=int, default=128)

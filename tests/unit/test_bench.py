@@ -169,3 +169,43 @@ def test_validation_bench_gives_every_rank_the_whole_test_set(mnist_root, monkey
     validation.train_loop_every_rank_scores_all(config)
     assert seen == [validation._setup_with_whole_test_set]
     assert training.setup_worker is not validation._setup_with_whole_test_set  # restored after the run
+
+
+def test_bench_train_gpu_without_a_gpu_says_so_in_one_line_and_exits_0():
+    import os
+
+    from course_utils.config import REPO_ROOT
+
+    run = subprocess.run(
+        [sys.executable, "-m", "course_utils.bench", "train", "--gpu"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines() == [
+        "bench train --gpu: no GPU visible to PyTorch here, so there is nothing to measure (exit 0)"
+    ]
+    assert run.stderr == ""
+
+
+def test_bench_train_gpu_measures_busy_share_inside_each_window():
+    from course_utils.bench import gpu
+
+    sampler = gpu.BusySampler(lambda: None)
+    sampler.samples = [(1.0, 10.0), (2.0, 90.0), (3.0, 80.0), (9.0, 5.0)]
+    assert sampler.mean(1.5, 3.5) == 85.0
+    assert np.isnan(sampler.mean(4.0, 5.0))
+    assert gpu.steady([10.0, 100.0, 90.0, 110.0]) == 100.0, "the first epoch (warm-up) is left out"
+
+
+def test_bench_train_gpu_tiles_the_digits_to_the_rows_asked(tmp_path, mnist_root):
+    from course_utils.bench import gpu
+
+    root, rows = gpu.tiled_copy(tmp_path, 10_000)
+    have = data.raw_arrays(True, root=mnist_root)[1]
+    assert rows >= 10_000 and rows % len(have) == 0
+    images, labels = data.raw_arrays(True, root=root)
+    assert len(labels) == rows and np.array_equal(labels[: len(have)], have)
