@@ -16,7 +16,7 @@ from typing import Any
 
 # subcommand -> one-line help; the body is ``course_utils.bench.<subcommand>.main``
 COMMANDS: dict[str, str] = {
-    "train": "images/s: plain PyTorch vs Ray Train (2x1 CPU, 1x2 CPU) on the same cores (lesson 02); --gpu: on one GPU, with GPU busy %",
+    "train": "images/s: plain PyTorch vs Ray Train (2x1 CPU, 1x2 CPU) on the same cores (lesson 02); --gpu: on one GPU, with its busy share",
     "ingest": "rows/s: per-row PIL map vs vectorised map_batches vs torch DataLoader (lesson 03)",
     "checkpoint": "seconds a training step waits per checkpoint save, sync vs async upload; share of the epoch (lesson 04)",
     "validation": "epoch seconds: every rank scoring the whole test set vs each rank scoring its share (lesson 02)",

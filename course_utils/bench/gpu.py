@@ -101,10 +101,12 @@ class BusySampler:
 
 
 def tiled_copy(root: Path, rows: int) -> tuple[Path, int]:
-    """The course's training digits tiled to at least ``rows`` (and its test digits), written as
-    MNIST's raw files under ``root``; (root, training rows)."""
+    """The course's training digits tiled to at least ``rows`` (the first ``rows`` when there are more),
+    and its test digits, written as MNIST's raw files under ``root``; (root, training rows)."""
     train_x, train_y = data.raw_arrays(True)
     test_x, test_y = data.raw_arrays(False)
+    if rows < len(train_y):
+        train_x, train_y = train_x[:rows], train_y[:rows]
     copies = max(1, math.ceil(rows / len(train_y)))
     data.write_mnist(root, (np.tile(train_x, (copies, 1, 1)), np.tile(train_y, copies)), (test_x, test_y))
     return root, len(train_y) * copies

@@ -209,3 +209,5 @@ def test_bench_train_gpu_tiles_the_digits_to_the_rows_asked(tmp_path, mnist_root
     assert rows >= 10_000 and rows % len(have) == 0
     images, labels = data.raw_arrays(True, root=root)
     assert len(labels) == rows and np.array_equal(labels[: len(have)], have)
+    _, few = gpu.tiled_copy(tmp_path / "few", 100)
+    assert few == 100 and len(data.raw_arrays(True, root=tmp_path / "few")[1]) == 100
