@@ -25,7 +25,7 @@ import math
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +75,7 @@ class PoolPlan:
     num_cpus: float
     num_gpus: float = 0.0
     why: str = ""
+    free: dict[str, float] = field(default_factory=dict)  # what the cluster had free when it was sized
 
     def need(self) -> dict[str, float]:
         """What one actor needs free, in Ray's resource names (``{"CPU": 1, "GPU": 0.5}``)."""
@@ -92,7 +93,10 @@ class PoolPlan:
 
     def describe(self) -> str:
         each = f"{self.num_cpus:g} CPU" + (f" + {self.num_gpus:g} GPU" if self.num_gpus else "")
-        return f"pool of {self.size} model actor(s), each {each}: {self.why}"
+        free = ", ".join(f"{self.free.get(k, 0.0):g} {k}" for k in self.need()) if self.free else ""
+        return f"pool of {self.size} model actor(s), each {each}: {self.why}" + (
+            f" ({free} free)" if free else ""
+        )
 
 
 def plan_pool(
@@ -150,7 +154,8 @@ def plan_pool(
         )
     else:
         why = f"none fits in the slots free now (other runs hold them); {gpu_part}"
-    return PoolPlan(size, pool_size, float(cpus_per_actor), share, why)
+    free_now = {k: round(free.get(k, 0.0), 4) for k in ("CPU", "GPU") if k in one}
+    return PoolPlan(size, pool_size, float(cpus_per_actor), share, why, free_now)
 
 
 def pool_for(pool_size: int = 2, cpus_per_actor: float = 1, *, poll_s: float = 1.0) -> PoolPlan:
@@ -234,13 +239,30 @@ class ModelWorker:
         return logits.argmax(dim=1).cpu().numpy()
 
     def info(self) -> dict[str, Any]:
-        """Where this worker runs and what it has done, for the notebook to print."""
+        """Where this worker runs and what it has done, for the notebook to print (``where_it_runs``)."""
+        import ray
+
         return {
             "pid": os.getpid(),
             "device": str(self.device),
+            "ray_gpu_ids": [str(i) for i in ray.get_gpu_ids()],  # the GPUs Ray reserved for this actor
             "load_seconds": round(self.load_seconds, 3),
             "predict_calls": self.calls,
         }
+
+
+def where_it_runs(info: dict[str, Any]) -> str:
+    """One sentence from ``ModelWorker.info()``: the device torch uses, and why when it is not the GPU Ray
+    reserved (a cluster that declares GPUs this machine does not have, as the GPU-shaped tests do)."""
+    gpus = info.get("ray_gpu_ids") or []
+    where = f"the actor (pid {info['pid']}) runs its model on {info['device']}"
+    if gpus and info["device"] == "cpu":
+        return (
+            f"{where}: Ray reserved GPU {', '.join(gpus)} for it, but torch sees no GPU in its process, so the "
+            "cluster declares a GPU this machine does not have (what `ray start --num-gpus` does), and the "
+            "model runs on the CPU"
+        )
+    return where + (f" (Ray reserved GPU {', '.join(gpus)} for it)" if gpus else "")
 
 
 def start_model_worker(checkpoint: Any, name: str | None = None):
@@ -271,7 +293,7 @@ def predict_one_by_one(worker: Any, images: np.ndarray, progress: bool = True) -
     from tqdm.auto import tqdm
 
     predictions = []
-    for x in tqdm(images, desc="one call per image", disable=not progress, leave=False):
+    for x in tqdm(images, desc="one call per image", disable=not progress):
         predictions.append(ray.get(worker.predict.remote(x))[0])
     return np.asarray(predictions, dtype=np.int64)
 

@@ -221,3 +221,21 @@ def test_wait_until_quiet_gives_up_after_its_timeout(monkeypatch):
     monkeypatch.setattr(psutil, "cpu_percent", lambda interval: time.sleep(0.01) or 100.0)
     waited = inference.wait_until_quiet(timeout_s=0.1)
     assert 0.1 <= waited < 1.0
+
+
+def test_where_the_model_actor_runs_says_why_a_reserved_gpu_is_not_used():
+    base = {"pid": 7, "load_seconds": 1.0, "predict_calls": 0}
+    assert inference.where_it_runs({**base, "device": "cpu", "ray_gpu_ids": []}) == (
+        "the actor (pid 7) runs its model on cpu"
+    )
+    declared = inference.where_it_runs({**base, "device": "cpu", "ray_gpu_ids": ["0"]})
+    assert "Ray reserved GPU 0" in declared and "declares a GPU this machine does not have" in declared
+    real = inference.where_it_runs({**base, "device": "cuda", "ray_gpu_ids": ["1"]})
+    assert real == "the actor (pid 7) runs its model on cuda (Ray reserved GPU 1 for it)"
+
+
+def test_the_pool_says_what_was_free_when_it_was_sized():
+    plan = inference.plan_pool(
+        2, 1, total={"CPU": 4, "GPU": 1}, free={"CPU": 3, "GPU": 1}, nodes=[{"CPU": 4, "GPU": 1}]
+    )
+    assert plan.describe().endswith("(3 CPU, 1 GPU free)"), plan.describe()

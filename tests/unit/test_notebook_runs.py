@@ -216,3 +216,21 @@ def test_lesson_04_as_committed_announces_and_explains_every_listed_kind():
         "FAILURES_ON_PURPOSE names cells the lesson has"
     )
     assert unexplained_red_lines(nb, LESSON_04, all_kinds=True) == []
+
+
+def test_lesson_05s_pool_warning_is_announced_and_nothing_else_passes():
+    import nbformat
+
+    from tests.notebook_runs import alarming_output
+
+    line = (
+        "[2026-11-26 07:24:53,396 E 9185 9185] core_worker.cc:2465: Actor with class name: "
+        "'MapWorker(MapBatches(BatchPredictor))' and ID: 'ce64' has constructor arguments in the object store "
+        "and max_restarts > 0. If the arguments in the object store go out of scope or are lost, the actor "
+        "restart will fail.\n"
+    )
+    cell = nbformat.v4.new_code_cell("# 07. Batch inference with Ray Data")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=line)]
+    assert alarming_output(nbformat.v4.new_notebook(cells=[cell]), "05_inference.ipynb") == []
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=line + "ValueError: a real error\n")]
+    assert alarming_output(nbformat.v4.new_notebook(cells=[cell]), "05_inference.ipynb")
