@@ -234,3 +234,24 @@ def test_lesson_05s_pool_warning_is_announced_and_nothing_else_passes():
     assert alarming_output(nbformat.v4.new_notebook(cells=[cell]), "05_inference.ipynb") == []
     cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=line + "ValueError: a real error\n")]
     assert alarming_output(nbformat.v4.new_notebook(cells=[cell]), "05_inference.ipynb")
+
+
+def test_the_gcs_kill_race_line_passes_only_on_the_shared_cluster_path():
+    import nbformat
+
+    from tests.notebook_runs import alarming_output
+
+    line = (
+        "\x1b[36m(pid=gcs_server)\x1b[0m [2026-11-26 07:56:29,478 E 24401 24401] (gcs_server) "
+        "gcs_actor_scheduler.cc:538: Failed to kill actor 26186032bfbbb2e96423cd140a000000, return status: "
+        "Invalid: KillActor RPC failed for actor 26186032bfbbb2e96423cd140a000000: RpcError: RPC error: "
+        "Socket closed rpc_code: 14\n"
+    )
+    cell = nbformat.v4.new_code_cell("# 07. Batch inference with Ray Data")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=line)]
+    nb = nbformat.v4.new_notebook(cells=[cell])
+    assert alarming_output(nb, "05_inference.ipynb"), "on a learner's own Ray it is a finding"
+    assert alarming_output(nb, "05_inference.ipynb", shared_cluster=True) == []
+    other = line.replace("Socket closed", "Permission denied")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=other)]
+    assert alarming_output(nb, "05_inference.ipynb", shared_cluster=True), "another GCS error still counts"
