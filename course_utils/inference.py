@@ -242,10 +242,12 @@ class ModelWorker:
         """Where this worker runs and what it has done, for the notebook to print (``where_it_runs``)."""
         import ray
 
+        # The GPUs Ray reserved for this actor; outside Ray (a test) none, and no Ray started to ask.
+        gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
         return {
             "pid": os.getpid(),
             "device": str(self.device),
-            "ray_gpu_ids": [str(i) for i in ray.get_gpu_ids()],  # the GPUs Ray reserved for this actor
+            "ray_gpu_ids": [str(i) for i in gpu_ids],
             "load_seconds": round(self.load_seconds, 3),
             "predict_calls": self.calls,
         }

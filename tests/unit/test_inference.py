@@ -239,3 +239,14 @@ def test_the_pool_says_what_was_free_when_it_was_sized():
         2, 1, total={"CPU": 4, "GPU": 1}, free={"CPU": 3, "GPU": 1}, nodes=[{"CPU": 4, "GPU": 1}]
     )
     assert plan.describe().endswith("(3 CPU, 1 GPU free)"), plan.describe()
+
+
+def test_model_worker_info_outside_ray_starts_no_ray(checkpoint_dir):
+    """info() asks Ray for its GPUs only inside Ray: ray.get_gpu_ids() would start a local Ray otherwise,
+    which a later test in the same process then found running (and waited on for ever)."""
+    import ray
+
+    if ray.is_initialized():
+        pytest.skip("another test left Ray running in this process")
+    info = inference.ModelWorker(checkpoint_dir).info()
+    assert info["ray_gpu_ids"] == [] and not ray.is_initialized()
