@@ -218,9 +218,16 @@ def test_lesson_04_as_committed_announces_and_explains_every_listed_kind():
     assert unexplained_red_lines(nb, LESSON_04, all_kinds=True) == []
 
 
-def test_lesson_05s_pool_warning_is_announced_and_nothing_else_passes():
+def _stderr_notebook(first_line: str, text: str):
+    """A one-cell notebook whose code cell (starting ``first_line``) printed ``text`` on stderr."""
     import nbformat
 
+    cell = nbformat.v4.new_code_cell(first_line)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=text)]
+    return nbformat.v4.new_notebook(cells=[cell])
+
+
+def test_lesson_05s_pool_warning_is_announced_and_nothing_else_passes():
     from tests.notebook_runs import alarming_output
 
     line = (
@@ -229,16 +236,12 @@ def test_lesson_05s_pool_warning_is_announced_and_nothing_else_passes():
         "and max_restarts > 0. If the arguments in the object store go out of scope or are lost, the actor "
         "restart will fail.\n"
     )
-    cell = nbformat.v4.new_code_cell("# 07. Batch inference with Ray Data")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=line)]
-    assert alarming_output(nbformat.v4.new_notebook(cells=[cell]), "05_inference.ipynb") == []
-    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=line + "ValueError: a real error\n")]
-    assert alarming_output(nbformat.v4.new_notebook(cells=[cell]), "05_inference.ipynb")
+    pool = "# 07. Batch inference with Ray Data"
+    assert alarming_output(_stderr_notebook(pool, line), "05_inference.ipynb") == []
+    assert alarming_output(_stderr_notebook(pool, line + "ValueError: a real error\n"), "05_inference.ipynb")
 
 
 def test_the_gcs_kill_race_line_passes_only_on_the_shared_cluster_path():
-    import nbformat
-
     from tests.notebook_runs import alarming_output
 
     line = (
@@ -247,11 +250,10 @@ def test_the_gcs_kill_race_line_passes_only_on_the_shared_cluster_path():
         "Invalid: KillActor RPC failed for actor 26186032bfbbb2e96423cd140a000000: RpcError: RPC error: "
         "Socket closed rpc_code: 14\n"
     )
-    cell = nbformat.v4.new_code_cell("# 07. Batch inference with Ray Data")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=line)]
-    nb = nbformat.v4.new_notebook(cells=[cell])
+    nb = _stderr_notebook("# 07. Batch inference with Ray Data", line)
     assert alarming_output(nb, "05_inference.ipynb"), "on a learner's own Ray it is a finding"
     assert alarming_output(nb, "05_inference.ipynb", shared_cluster=True) == []
-    other = line.replace("Socket closed", "Permission denied")
-    cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=other)]
-    assert alarming_output(nb, "05_inference.ipynb", shared_cluster=True), "another GCS error still counts"
+    other = _stderr_notebook(
+        "# 07. Batch inference with Ray Data", line.replace("Socket closed", "Permission denied")
+    )
+    assert alarming_output(other, "05_inference.ipynb", shared_cluster=True), "another GCS error still counts"
