@@ -27,6 +27,13 @@ COMMANDS: dict[str, str] = {
 }
 
 
+def steady(rates: Sequence[float]) -> float:
+    """A throughput over epochs: the median of the epochs after the first (the first pays for warm-up)."""
+    import statistics
+
+    return statistics.median(rates[1:] if len(rates) > 1 else rates)
+
+
 def print_lines(values: dict[str, Any]) -> None:
     """A benchmark's ``name: value`` lines, in order (floats to 3 decimals): the last is its ratio."""
     for key, value in values.items():

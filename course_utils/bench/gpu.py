@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from course_utils import data, device, raydata, training
-from course_utils.bench import print_lines
+from course_utils.bench import print_lines, steady
 from course_utils.config import SMOKE, Profile
 from course_utils.model import build_resnet18
 
@@ -112,11 +112,6 @@ def tiled_copy(root: Path, rows: int) -> tuple[Path, int]:
     return root, len(train_y) * copies
 
 
-def steady(rates: Sequence[float]) -> float:
-    """Median of the epochs after the first (the first pays for warm-up)."""
-    return statistics.median(rates[1:] if len(rates) > 1 else rates)
-
-
 def plain(profile: Profile, root: Path, sampler: BusySampler) -> dict[str, float]:
     """Lesson 01's loop and loader in this process."""
     dev = device.get_device()
@@ -153,7 +148,7 @@ def ceiling(profile: Profile, root: Path, sampler: BusySampler) -> dict[str, flo
 def _epochs(
     epochs: int, run_epoch: Callable[[], tuple[float, int]], sampler: BusySampler
 ) -> dict[str, float]:
-    rates, ends = [], []
+    rates, ends = [], [time.time()]  # ends[0]: when the first epoch started
     for _ in range(epochs):
         start = time.perf_counter()
         _, count = run_epoch()
@@ -161,8 +156,9 @@ def _epochs(
             torch.cuda.synchronize()
         rates.append(count / (time.perf_counter() - start))
         ends.append(time.time())
-    first_end = ends[0] if len(ends) > 1 else ends[0] - 1e9
-    return {"images_per_s": steady(rates), "gpu_busy_pct": sampler.mean(first_end, ends[-1])}
+    # The same epochs as steady(): after the first, or the only one
+    window_start = ends[1] if epochs > 1 else ends[0]
+    return {"images_per_s": steady(rates), "gpu_busy_pct": sampler.mean(window_start, ends[-1])}
 
 
 def ray_fit(
@@ -182,7 +178,7 @@ def ray_fit(
             "train", None, path=storage / f"{name}-parquet", data_root=root, num_files=8
         )
         datasets, loop = {"train": raydata.training_dataset(parquet)}, raydata.train_loop_ray_data
-    result = TorchTrainer(
+    TorchTrainer(
         loop,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=1, use_gpu=profile.use_gpu),
@@ -193,7 +189,6 @@ def ray_fit(
     rates = [row["images_per_s"] for row in rows]
     stamps = [row["reported_at"] for row in rows]
     busy = sampler.mean(stamps[0], stamps[-1]) if len(stamps) > 1 else float("nan")
-    del result
     return {"images_per_s": steady(rates), "gpu_busy_pct": busy}
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from course_utils import data
+from course_utils.bench import steady
 from course_utils.config import SMOKE
 from course_utils.history import metric_history
 from course_utils.session import start_ray
@@ -46,9 +46,6 @@ def main(argv: Sequence[str] | None = None) -> float:
     )
     cores = os.cpu_count() or 1
     data.ensure_mnist(verbose=False)
-
-    def steady(rates: list[float]) -> float:
-        return statistics.median(rates[1:] if len(rates) > 1 else rates)
 
     print(f"cores: {cores}\nimages_per_epoch: {args.train_size}\nglobal_batch: {args.batch_size}")
     torch.set_num_threads(cores)

@@ -198,7 +198,7 @@ def test_bench_train_gpu_measures_busy_share_inside_each_window():
     sampler.samples = [(1.0, 10.0), (2.0, 90.0), (3.0, 80.0), (9.0, 5.0)]
     assert sampler.mean(1.5, 3.5) == 85.0
     assert np.isnan(sampler.mean(4.0, 5.0))
-    assert gpu.steady([10.0, 100.0, 90.0, 110.0]) == 100.0, "the first epoch (warm-up) is left out"
+    assert bench.steady([10.0, 100.0, 90.0, 110.0]) == 100.0, "the first epoch (warm-up) is left out"
 
 
 def test_bench_train_gpu_tiles_the_digits_to_the_rows_asked(tmp_path, mnist_root):
