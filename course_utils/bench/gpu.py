@@ -8,7 +8,7 @@ Four ways to train the same ResNet-18 on the same digits and global batch, on on
 - ``ceiling``: the same model and step on batches already in GPU memory: no loader at all.
 
 Each prints its images/s (median of the epochs after the first, which pays for warm-up) and the GPU's
-busy share (NVML, sampled every 0.2 s) from the end of its first epoch to the end of its last (Ray
+busy share (NVML, sampled every 0.2 s on a ``polling.every`` thread) from the end of its first epoch to the end of its last (Ray
 Train's include each epoch's evaluation and checkpoint, which the loop runs between epochs). The digits
 on disk are tiled to ``--rows`` (60,000 by default) so an epoch lasts long enough to measure. It ends
 with ``ray_train_vs_plain_gpu_ratio`` and ``plain_vs_ceiling_ratio``.
@@ -26,7 +26,6 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from course_utils import data, device, raydata, training
+from course_utils import data, device, polling, raydata, training
 from course_utils.bench import print_lines, steady
 from course_utils.config import SMOKE, Profile
 from course_utils.model import build_resnet18
@@ -71,28 +70,17 @@ def gpu_busy_reader() -> Callable[[], float | None]:
 
 
 class BusySampler:
-    """Samples the GPU's busy share every ``every_s`` in a thread; ``mean(t0, t1)`` over a window
-    of ``time.time()`` stamps."""
+    """The GPU's busy share, sampled by ``sample`` (run it with ``polling.every``); ``mean(t0, t1)``
+    over a window of ``time.time()`` stamps."""
 
     def __init__(self, read: Callable[[], float | None], every_s: float = 0.2):
         self.read, self.every_s = read, every_s
         self.samples: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            value = self.read()
-            if value is not None:
-                self.samples.append((time.time(), value))
-
-    def __enter__(self) -> BusySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
+    def sample(self) -> None:
+        value = self.read()
+        if value is not None:
+            self.samples.append((time.time(), value))
 
     def mean(self, start: float, end: float) -> float:
         """Mean busy % in [start, end]; NaN without samples there."""
@@ -232,7 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
         )
         results: dict[str, dict[str, float]] = {}
-        with BusySampler(read) as sampler:
+        sampler = BusySampler(read)
+        with polling.every(sampler.sample, sampler.every_s, "gpu-busy-sampler"):
             results["plain"] = plain(profile, root, sampler)
             results["ceiling"] = ceiling(profile, root, sampler)
             start_ray(verbose=False, log_to_driver=False)  # workers' per-epoch lines would bury the figures

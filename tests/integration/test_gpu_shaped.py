@@ -14,11 +14,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
 
+from course_utils import polling
 from course_utils.cluster import LocalCluster, NodeSpec
 from course_utils.config import REPO_ROOT
 from tests.notebook_runs import GPU_SHAPED, LESSONS, alarming_output, error_text, run_lesson
@@ -56,31 +56,6 @@ def waiting_actors(cluster: LocalCluster) -> list[str]:
     return lines or [f"(none listed; state API said: {run.stderr.strip()[-300:] or 'nothing'})"]
 
 
-class WaitingWatch:
-    """Notes, every ``every_s`` while a lesson runs, the actors still waiting to be placed: a timed-out
-    cell's kernel is shut down, and its waiting actors with it, so they are named from the last look."""
-
-    def __init__(self, cluster: LocalCluster, every_s: float = 30.0):
-        self.cluster, self.every_s = cluster, every_s
-        self.seen: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            now = waiting_actors(self.cluster)
-            if not now[0].startswith("(none"):
-                self.seen = [f"{time.strftime('%H:%M:%S')} {line}" for line in now]
-
-    def __enter__(self) -> WaitingWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=150)
-
-
 @pytest.mark.notebooks
 @pytest.mark.parametrize("gpus", [1, 2], ids=["1gpu", "2gpus"])
 def test_lessons_05_06_on_a_cluster_that_declares_gpus(gpus, tmp_path, mnist_root, monkeypatch, summary_note):
@@ -98,7 +73,16 @@ def test_lessons_05_06_on_a_cluster_that_declares_gpus(gpus, tmp_path, mnist_roo
             monkeypatch.setenv(key, value)  # the lesson's kernel inherits them: RAY_ADDRESS, token auth
         for lesson in TIER_LESSONS:
             started = time.monotonic()
-            with WaitingWatch(cluster) as watch:
+            # A timed-out cell's kernel is shut down, and its waiting actors with it: name them from the
+            # last look taken while the lesson ran.
+            seen: list[str] = []
+
+            def look(seen=seen) -> None:
+                now = waiting_actors(cluster)
+                if not now[0].startswith("(none"):
+                    seen[:] = [f"{time.strftime('%H:%M:%S')} {line}" for line in now]
+
+            with polling.every(look, 30.0, "waiting-actors"):
                 result = run_lesson(lesson, f"gpu-shaped-{gpus}", answered=False, timeout_s=CELL_TIMEOUT_S)
             times.append(f"{lesson.stem[:2]} {time.monotonic() - started:.0f} s")
             if result.error is not None:
@@ -108,7 +92,7 @@ def test_lessons_05_06_on_a_cluster_that_declares_gpus(gpus, tmp_path, mnist_roo
                     f"{lesson.name} on a cluster that declares {gpus} GPU(s) failed in cell "
                     f"{result.error.failing_cell_index} ({first!r}); actors that waited for resources "
                     "(last look while it ran):\n  "
-                    + "\n  ".join(watch.seen or ["none seen"])
+                    + "\n  ".join(seen or ["none seen"])
                     + f"\n{error_text(result)[-2500:]}",
                     pytrace=False,
                 )
