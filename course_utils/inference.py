@@ -25,7 +25,7 @@ import math
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -168,11 +168,7 @@ def pool_for(pool_size: int = 2, cpus_per_actor: float = 1, *, poll_s: float = 1
         slots.wait_for(plan.need(), "this pool", poll_s)
         again = plan_pool(pool_size, cpus_per_actor)
         # Another learner may take the slot first; Ray then queues our one actor until a slot frees.
-        plan = (
-            again
-            if again.size
-            else PoolPlan(1, pool_size, plan.num_cpus, plan.num_gpus, "1 after waiting in line")
-        )
+        plan = again if again.size else replace(again, size=1, why="1 after waiting in line")
     return plan
 
 

@@ -437,8 +437,7 @@ def check_resources(scaling_config: Any, global_batch: int | None = None) -> Non
     """Fail fast, in plain words, when a ScalingConfig cannot fit the running cluster.
 
     Without this a too-big request does not fail: Ray Train waits for resources that never
-    come. Elastic configs need only their minimum to fit. Also waits for Ray's autoscaling
-    coordinator to answer (``ready_for_fits``). With ``global_batch`` also checks it
+    come. Elastic configs need only their minimum to fit. With ``global_batch`` also checks it
     splits evenly across the maximum and minimum worker counts.
     """
     import ray
@@ -451,7 +450,6 @@ def check_resources(scaling_config: Any, global_batch: int | None = None) -> Non
             per_worker_batch(global_batch, n)
     per_worker = resources_per_worker(scaling_config)
     have = ray.cluster_resources()
-    ready_for_fits()  # the fit's first request to Ray's autoscaling coordinator must find it up
     for name, amount in per_worker.items():
         need = amount * low
         if need > have.get(name, 0):

@@ -298,7 +298,7 @@ def make_trainer(
     from ray.train.torch import TorchTrainer
 
     from course_utils import history, logs
-    from course_utils.session import check_resources
+    from course_utils.session import check_resources, ready_for_fits
     from course_utils.storage import check_run, ray_storage
 
     if reported_metrics is None and train_loop is train_loop_per_worker:
@@ -320,6 +320,7 @@ def make_trainer(
     )
     config = loop_config(profile, **config_overrides)
     check_resources(scaling, config["batch_size"])
+    ready_for_fits()  # the fit's first request to Ray's autoscaling coordinator finds it up
     check_run(name)
     storage_path, storage_filesystem = ray_storage()
     return TorchTrainer(
