@@ -219,14 +219,16 @@ def _output_text(output: dict) -> str:
     return "".join(text) if isinstance(text, list) else str(text)
 
 
-def _start_run_all(page, attempts: int = 3, start_s: float = 30.0) -> None:
+def _start_run_all(page, attempts: int = 3, start_s: float = 30.0) -> list[str]:
     """Run → Run All Cells, as a learner clicks it; again when no cell was queued within ``start_s``.
 
     A cold browser's first page can take the click before the menu is ready (seen on a machine whose
     Chromium was installed minutes before: lesson 01's run-all ran nothing). A queued cell shows ``[*]``
-    at once, so a click that queued anything is never repeated.
+    at once, so a click that queued anything is never repeated. Returns the dialogs it answered.
     """
+    dialogs: list[str] = []
     for _ in range(attempts):
+        dialogs += _answer_dialogs(page)
         page.locator(".jp-NotebookPanel .jp-Notebook").first.click()
         page.locator(".lm-MenuBar-item", has_text="Run").first.click()
         page.locator(".lm-Menu-item", has_text="Run All Cells").first.click()
@@ -234,10 +236,48 @@ def _start_run_all(page, attempts: int = 3, start_s: float = 30.0) -> None:
         while time.monotonic() < deadline:
             state = page.evaluate(PAGE_STATE_JS)
             if state and any(p.strip("[]: ") for p in state["prompts"]):  # '[*]:' queued, '[1]:' ran
-                return
+                return dialogs
             page.wait_for_timeout(500)
         page.keyboard.press("Escape")  # close a menu left open
     raise AssertionError(f"Run All Cells queued no cell in {attempts} tries of {start_s:.0f} s")
+
+
+# A dialog that means the lesson cannot go on, by a phrase of its text (JupyterLab's wording).
+FATAL_DIALOGS = (
+    "appears to have died",
+    "Kernel Error",
+    "Server Connection Error",
+    "No Kernel",
+    "Select Kernel",
+)
+
+
+def _answer_dialogs(page) -> list[str]:
+    """Answer a dialog open on the page as a learner would: read it, then press its default button.
+
+    Seen once in CI: a dialog over lesson 05's notebook before Run All (its text was not kept), which
+    blocked every click for 120 s. The texts are returned (the report and the summary show them); one
+    that says the kernel or server is gone fails the lesson with that text instead.
+    """
+    seen: list[str] = []
+    for _ in range(10):
+        texts = _open_dialogs(page)
+        if not texts:
+            return seen
+        seen += texts
+        fatal = [t for t in texts if any(phrase in t for phrase in FATAL_DIALOGS)]
+        assert not fatal, f"JupyterLab shows a dialog: {fatal}"
+        page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").first.click()
+        page.wait_for_timeout(500)
+    raise AssertionError(f"JupyterLab keeps showing dialogs: {_open_dialogs(page)}")
+
+
+def _open_dialogs(page) -> list[str]:
+    """The text of each JupyterLab dialog open on the page (a kernel that died, a file changed on disk)."""
+    try:
+        return [" ".join(t.split()) for t in page.locator(".jp-Dialog").all_inner_texts()]
+    except Exception:  # the page itself is gone: nothing to read
+        return []
 
 
 def _wait_for_run(page, started: float) -> dict:
@@ -357,7 +397,7 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report, workshop, summa
             "() => document.querySelector('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator')"
             "?.getAttribute('data-status') === 'idle'"
         )
-        _start_run_all(page)
+        dialogs = _start_run_all(page)
         state = _wait_for_run(page, started)
         ran_s = time.monotonic() - started
         mtime = saved.stat().st_mtime
@@ -375,10 +415,15 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report, workshop, summa
             ("progress", ".jp-OutputArea-output:has(.widget-hprogress)"),
         ):
             _element_screenshot(page, page.locator(selector).first, OUT / f"{lesson.stem}-{kind}.png")
-    except Exception:
+    except Exception as failure:
         page.screenshot(path=str(OUT / f"{lesson.stem}-failed.png"))
         for process in others.values():  # the other learners' sessions end with this lesson's failure
             process.kill()
+        dialogs = _open_dialogs(page)
+        if (
+            dialogs
+        ):  # what the learner would read on screen, rather than Playwright's "intercepts pointer events"
+            raise AssertionError(f"{name}: JupyterLab shows a dialog: {dialogs}") from failure
         raise
     finally:
         # Each lesson's kernel (and the Ray it started) ends before the next lesson opens.
@@ -429,7 +474,10 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report, workshop, summa
         "nonlocal_requests": nonlocal_requests,
         "kernels": [s["kernel"]["name"] for s in sessions],
         "console_errors": console_errors[:20],
+        "dialogs_answered": dialogs,
     }
+    if dialogs:
+        summary_note(f"browser, {lesson.stem}: answered JupyterLab dialog(s) before Run All: {dialogs}")
     print(
         f"{lesson.stem}: run all cells in JupyterLab {ran_s:.0f} s, {len(cells)} code cells, {pngs} plots, {widgets} widgets"
     )
