@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The course's one entry point. ./build.sh {setup|lab|course|test|clean|lock|canary} — see README.md.
+# The course's one entry point. ./build.sh {setup|lab|course|test|clean|lock|export|canary} — see README.md.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -127,6 +127,13 @@ setup() {
   lab_settings
   setup_hash > "$STAMP"
   echo "setup: done (kernel '$KERNEL' registered)"
+}
+
+export_lessons() {
+  # course_utils/lesson_code.py from the lessons' #@save cells (course_utils/export.py): run after editing
+  # such a cell; `export --check` only says whether the module is up to date.
+  [ -x "$PY" ] || die "no venv at $VENV: run ./build.sh setup first"
+  "$PY" -m course_utils.export "$@"
 }
 
 lock() {
@@ -261,6 +268,7 @@ case "$cmd" in
   test) test_all "$@" ;;
   clean) clean "$@" ;;
   lock) lock ;;
+  export) export_lessons "$@" ;;
   canary) canary "$@" ;;
-  *) echo "usage: ./build.sh {setup|lab|course|test|clean|lock|canary}"; echo "  see README.md"; exit 2 ;;
+  *) echo "usage: ./build.sh {setup|lab|course|test|clean|lock|export|canary}"; echo "  see README.md"; exit 2 ;;
 esac

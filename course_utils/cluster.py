@@ -248,7 +248,7 @@ def wait_for_nodes(count: int, timeout_s: float = 120.0) -> list[dict[str, Any]]
 
 
 def train_loop_recording_node(config: dict[str, Any]) -> None:
-    """``training.train_loop_per_worker`` that first records which node each rank runs on.
+    """Lesson 02's ``train_loop_per_worker`` that first records which node each rank runs on.
 
     Writes ``<config["node_log_dir"]>/rank<N>.json`` with the node id and IP, then trains as usual.
     ``node_log_dir`` must be a folder every node can write (shared storage).
@@ -256,7 +256,7 @@ def train_loop_recording_node(config: dict[str, Any]) -> None:
     import ray
     import ray.train
 
-    from course_utils.training import train_loop_per_worker
+    from course_utils.lesson_code import train_loop_per_worker
 
     ctx = ray.train.get_context()
     out = Path(config["node_log_dir"])

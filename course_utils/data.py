@@ -202,6 +202,12 @@ def take(dataset: Dataset, n: int | None, seed: int = 0) -> Dataset:
     return Subset(dataset, idx.tolist())
 
 
+def rank_share(dataset: Dataset, rank: int, world: int) -> Dataset:
+    """Rank ``rank``'s share of ``dataset``: every ``world``-th item from ``rank`` on, so the ranks
+    together hold each item once (how the course scores the test set across workers)."""
+    return Subset(dataset, range(rank, len(dataset), world))
+
+
 def course_datasets(
     train_size: int | None, test_size: int | None, root: str | Path | None = None, seed: int = 0
 ) -> tuple[Dataset, Dataset]:

@@ -1,79 +1,37 @@
-"""The training loops: single-process PyTorch (lesson 01) and the per-worker Ray Train loop (lesson 02).
+"""The training pieces: single-process PyTorch (lesson 01) and what lesson 02's per-worker loop calls.
 
-Both share ``train_step``, ``train_one_epoch`` and ``evaluate``, so the only difference a learner
-sees between lessons 01 and 02 is the Ray Train calls. Lessons 03 and 04 build their own loops on
-``setup_worker`` and these pieces.
+Lesson 01's loop and lesson 02's ``train_loop_per_worker`` (written in lesson 02, exported to
+``course_utils.lesson_code``) share ``train_step``, ``train_one_epoch`` and ``evaluate``, so the only
+difference a learner sees between them is the Ray Train calls. Lessons 03 and 04 build their loops
+on ``setup_worker`` and these pieces.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from course_utils import checkpoints, data
 from course_utils.config import Profile, get_profile
 from course_utils.device import get_device
-from course_utils.model import build_resnet18, unwrap
+from course_utils.model import build_resnet18
 from course_utils.plan import per_worker_batch  # re-exported: lesson 02 imports it from here
 
-
-def train_step(
-    model: nn.Module,
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    optimizer: torch.optim.Optimizer,
-    device: torch.device,
-) -> float:
-    """Forward, loss, backward, optimizer step on one batch; returns the batch's loss."""
-    # non_blocking: from a pinned batch (a GPU's loader, device.loader_options) the copy overlaps the GPU's work
-    images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-    optimizer.zero_grad(set_to_none=True)
-    loss = F.cross_entropy(model(images), labels)
-    loss.backward()
-    optimizer.step()
-    return loss.item()
-
-
-def train_one_epoch(
-    model: nn.Module,
-    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
-    optimizer: torch.optim.Optimizer,
-    device: torch.device,
-) -> tuple[float, int]:
-    """One pass over ``batches`` (a DataLoader or any iterable of (images, labels)).
-
-    Returns the mean training loss and the number of images trained on.
-    """
-    model.train()
-    total, count = 0.0, 0
-    for images, labels in batches:
-        total += train_step(model, images, labels, optimizer, device) * len(labels)
-        count += len(labels)
-    return total / max(count, 1), count
-
-
-@torch.no_grad()
-def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> dict[str, float]:
-    """Mean loss and accuracy of ``model`` over ``loader``."""
-    model.eval()
-    loss, correct, count = 0.0, 0, 0
-    for images, labels in loader:
-        images, labels = images.to(device), labels.to(device)
-        logits = model(images)
-        loss += F.cross_entropy(logits, labels, reduction="sum").item()
-        correct += (logits.argmax(1) == labels).sum().item()
-        count += len(labels)
-    return {"test_loss": loss / max(count, 1), "accuracy": correct / max(count, 1)}
+# Re-exported (``x as x``): lessons 01, 02 and 04 and the loops here import the shared steps from training.
+from course_utils.steps import epoch_metrics as epoch_metrics
+from course_utils.steps import evaluate as evaluate
+from course_utils.steps import sum_across_workers as sum_across_workers
+from course_utils.steps import train_one_epoch as train_one_epoch
+from course_utils.steps import train_step as train_step
 
 
 def train_baseline(
@@ -129,31 +87,6 @@ def loop_config(profile: Profile | None = None, **overrides: Any) -> dict[str, A
     return config
 
 
-def sum_across_workers(values: Sequence[float], device: torch.device) -> list[float]:
-    """Each of ``values`` summed over all Ray Train workers, in one all-reduce (as given with one worker)."""
-    if not torch.distributed.is_available() or not torch.distributed.is_initialized():
-        return [float(v) for v in values]
-    t = torch.tensor(list(values), dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(t)
-    return t.tolist()
-
-
-def buffers_from_rank0(model: nn.Module) -> None:
-    """Copy rank 0's buffers (BatchNorm's running mean and variance) to every worker.
-
-    Why: DDP broadcasts rank 0's buffers at the start of each training forward, and then every rank's
-    forward updates its own running statistics from its own batch. After the last step the ranks'
-    BatchNorm statistics differ by that one update, and the checkpoint holds rank 0's. Scoring the test
-    set in shards with each rank's own statistics then disagreed with the saved model by a digit or two
-    in 200 (seen on Ray 2.60 here). One broadcast before evaluating makes every shard score the model
-    that is saved. A no-op outside a distributed run.
-    """
-    if not torch.distributed.is_available() or not torch.distributed.is_initialized():
-        return
-    for buffer in unwrap(model).buffers():
-        torch.distributed.broadcast(buffer, src=0)
-
-
 @dataclass
 class Worker:
     """What ``setup_worker`` prepared on one Ray Train worker: every course loop starts from it."""
@@ -168,31 +101,8 @@ class Worker:
     test_loader: DataLoader  # this rank's share of the test set
 
     def epoch_metrics(self, epoch: int, train_loss: float, images: int, seconds: float) -> dict[str, Any]:
-        """An epoch's metrics: loss and throughput over all workers, and the test set scored once
-        across the ranks (``test_loader`` holds this rank's share; the sums are all-reduced).
-
-        ``eval_s`` is the seconds this rank spent scoring its share: with every rank scoring the
-        whole set it would be ``world`` times as long and nothing more is learned.
-        """
-        start = time.perf_counter()
-        buffers_from_rank0(self.model)  # every shard scored with the BatchNorm statistics rank 0 saves
-        scores = evaluate(unwrap(self.model), self.test_loader, self.device)
-        eval_s = time.perf_counter() - start
-        scored = len(self.test_loader.dataset)
-        loss_sum, images_sum, scored_sum, test_loss_sum, hits_sum = sum_across_workers(
-            [train_loss, images, scored, scores["test_loss"] * scored, scores["accuracy"] * scored],
-            self.device,
-        )
-        return {
-            "epoch": epoch,
-            "train_loss": loss_sum / self.world,
-            "test_loss": test_loss_sum / scored_sum,
-            "accuracy": hits_sum / scored_sum,
-            "epoch_time_s": seconds,
-            "images_per_s": images_sum / seconds,
-            "eval_s": eval_s,
-            "world_size": self.world,
-        }
+        """``epoch_metrics`` for this worker's model and test share."""
+        return epoch_metrics(self.model, self.test_loader, self.device, epoch, train_loss, images, seconds)
 
     def print_epoch(self, metrics: dict[str, Any]) -> None:
         """One line per epoch in the notebook, from rank 0 only: the loss and accuracy it reported."""
@@ -224,36 +134,12 @@ def setup_worker(config: dict[str, Any]) -> Worker:
     # Ray Train: move to this worker's device, wrap in DDP (world > 1) so gradients are averaged.
     model = ray.train.torch.prepare_model(build_resnet18())
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    test_ds = Subset(test_ds, range(rank, len(test_ds), world))  # every world-th digit: the set once in all
+    test_ds = data.rank_share(test_ds, rank, world)  # every world-th digit: the set once in all
     if rank == 0:
         print(f"[rank 0] {world} worker(s) on {device}, per-worker batch {batch}", flush=True)
     return Worker(
         rank, world, device, batch, model, optimizer, train_ds, data.make_loader(test_ds, 512, shuffle=False)
     )
-
-
-def train_loop_per_worker(config: dict[str, Any]) -> None:
-    """What each Ray Train worker runs: lesson 01's loop plus the Ray Train calls."""
-    import ray.train
-    import ray.train.torch
-
-    worker = setup_worker(config)
-    # Ray Train: a DistributedSampler gives each worker its own shard; batches land on the device.
-    loader = ray.train.torch.prepare_data_loader(
-        data.make_loader(worker.train_ds, worker.batch, shuffle=True)
-    )
-    history = []
-    for epoch in range(config["epochs"]):
-        if worker.world > 1:
-            loader.sampler.set_epoch(epoch)  # otherwise every epoch shuffles the same way
-        start = time.perf_counter()
-        train_loss, images = train_one_epoch(worker.model, loader, worker.optimizer, worker.device)
-        metrics = worker.epoch_metrics(epoch, train_loss, images, time.perf_counter() - start)
-        history.append(metrics)
-        # Every rank reports (report is a barrier); only rank 0 attaches a checkpoint.
-        with checkpoints.rank0_checkpoint(worker.rank, worker.state(epoch, history)) as checkpoint:
-            ray.train.report(metrics, checkpoint=checkpoint)
-        worker.print_epoch(metrics)
 
 
 # What train_loop_per_worker reports each epoch: a checkpoint_score_attribute must be one of these.
@@ -276,7 +162,7 @@ def make_trainer(
     num_workers: int | tuple[int, int] | None = None,
     num_to_keep: int | None = 2,
     max_failures: int = 0,
-    train_loop: Callable = train_loop_per_worker,
+    train_loop: Callable | None = None,
     datasets: dict[str, Any] | None = None,
     score_attribute: str | None = "accuracy",
     placement_strategy: str = "PACK",
@@ -301,8 +187,11 @@ def make_trainer(
     from course_utils.session import check_resources, ready_for_fits
     from course_utils.storage import check_run, ray_storage
 
-    if reported_metrics is None and train_loop is train_loop_per_worker:
-        reported_metrics = REPORTED_METRICS
+    if train_loop is None:  # lesson 02's loop, exported from its #@save cell
+        from course_utils.lesson_code import train_loop_per_worker
+
+        train_loop = train_loop_per_worker
+        reported_metrics = REPORTED_METRICS if reported_metrics is None else reported_metrics
     if (
         score_attribute is not None
         and reported_metrics is not None

@@ -3,7 +3,7 @@
 Four ways to train the same ResNet-18 on the same digits and global batch, on one GPU, side by side:
 
 - ``plain``: lesson 01's loop (``training.train_one_epoch``) over lesson 01's DataLoader (``data.make_loader``);
-- ``ray_train``: Ray Train, 1 worker with 1 GPU, lesson 02's loop (``training.train_loop_per_worker``);
+- ``ray_train``: Ray Train, 1 worker with 1 GPU, lesson 02's loop (``lesson_code.train_loop_per_worker``);
 - ``ray_data``: Ray Train fed by Ray Data, lesson 03's loop (``raydata.train_loop_ray_data``);
 - ``ceiling``: the same model and step on batches already in GPU memory: no loader at all.
 
@@ -160,7 +160,9 @@ def ray_fit(
 
     config = training.loop_config(profile, data_root=str(root), shuffle_buffer=raydata.SHUFFLE_BUFFER)
     datasets = None
-    loop = training.train_loop_per_worker
+    from course_utils.lesson_code import train_loop_per_worker
+
+    loop = train_loop_per_worker
     if ray_data:
         parquet = raydata.export_mnist_parquet(
             "train", None, path=storage / f"{name}-parquet", data_root=root, num_files=8

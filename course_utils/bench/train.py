@@ -1,5 +1,5 @@
 """``python -m course_utils.bench train``: plain PyTorch vs Ray Train images/s on the same cores
-(lesson 02). Measures ``training.train_baseline`` against ``training.train_loop_per_worker``."""
+(lesson 02). Measures ``training.train_baseline`` against ``lesson_code.train_loop_per_worker``."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from course_utils import data
 from course_utils.bench import steady
 from course_utils.config import SMOKE
 from course_utils.history import metric_history
+from course_utils.lesson_code import train_loop_per_worker
 from course_utils.session import start_ray
-from course_utils.training import loop_config, train_baseline, train_loop_per_worker
+from course_utils.training import loop_config, train_baseline
 
 
 def main(argv: Sequence[str] | None = None) -> float:

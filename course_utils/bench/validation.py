@@ -1,7 +1,7 @@
 """``python -m course_utils.bench validation``: epoch time when every rank scores the whole test
-set vs the course's choice, each rank scoring its share (lesson 02's ``Worker.epoch_metrics``).
+set vs the course's choice, each rank scoring its share (lesson 02's ``training.epoch_metrics``).
 
-Two runs of lesson 02's loop (``training.train_loop_per_worker``), one after the other in this
+Two runs of lesson 02's loop (``lesson_code.train_loop_per_worker``), one after the other in this
 process: as the lesson runs it, and with every rank given the whole test set
 (``train_loop_every_rank_scores_all``, defined here so that the loop the lesson shows carries no
 benchmark switch). An epoch is its training plus its evaluation: the training seconds are the
@@ -23,24 +23,20 @@ from course_utils import data, session, storage, training
 from course_utils.bench import print_lines
 from course_utils.config import get_profile
 from course_utils.history import metric_history
-from course_utils.training import setup_worker
 
 
-def _setup_with_whole_test_set(config: dict[str, Any]) -> training.Worker:
-    """``setup_worker``, then this rank's share of the test set replaced by all of it."""
-    worker = setup_worker(config)
-    _, test_ds = data.course_datasets(
-        config["train_size"], config["test_size"], config["data_root"], config["seed"]
-    )
-    worker.test_loader = data.make_loader(test_ds, 512, shuffle=False)
-    return worker
+def _whole_set(dataset, rank: int, world: int):
+    """In place of ``data.rank_share``: every rank gets the whole dataset."""
+    return dataset
 
 
 def train_loop_every_rank_scores_all(config: dict[str, Any]) -> None:
     """Lesson 02's ``train_loop_per_worker`` unchanged, but every rank scores the whole test set:
-    the cost that ``setup_worker``'s sharding avoids. Patched on the worker, for this run only."""
-    with mock.patch.object(training, "setup_worker", _setup_with_whole_test_set):
-        training.train_loop_per_worker(config)
+    the cost that the loop's ``data.rank_share`` avoids. Patched on the worker, for this run only."""
+    from course_utils.lesson_code import train_loop_per_worker
+
+    with mock.patch.object(data, "rank_share", _whole_set):
+        train_loop_per_worker(config)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
@@ -62,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         name = f"bench-validation-{label}"
         storage.reset_run(name)
         try:
-            loop = training.train_loop_per_worker if shard else train_loop_every_rank_scores_all
+            loop = None if shard else train_loop_every_rank_scores_all  # None: lesson 02's loop
             trainer = training.make_trainer(
                 name, profile, train_loop=loop, reported_metrics=training.REPORTED_METRICS
             )

@@ -151,24 +151,17 @@ def test_workshop_bench_fails_in_plain_words_when_a_learner_fails(monkeypatch):
 
 def test_validation_bench_gives_every_rank_the_whole_test_set(mnist_root, monkeypatch):
     """The every-rank run swaps the rank's test share for the whole set; the lesson's loop is untouched."""
-    from torch.utils.data import Subset
-
-    from course_utils import training
+    from course_utils import lesson_code
     from course_utils.bench import validation
 
-    config = {"train_size": 64, "test_size": 40, "data_root": str(mnist_root), "seed": 0}
     _, test_ds = data.course_datasets(64, 40, str(mnist_root), 0)
-    share = SimpleNamespace(
-        test_loader=data.make_loader(Subset(test_ds, range(0, 40, 2)), 512, shuffle=False)
-    )
-    monkeypatch.setattr(validation, "setup_worker", lambda config: share)
-    assert len(validation._setup_with_whole_test_set(config).test_loader.dataset) == 40
-
     seen = []
-    monkeypatch.setattr(training, "train_loop_per_worker", lambda config: seen.append(training.setup_worker))
-    validation.train_loop_every_rank_scores_all(config)
-    assert seen == [validation._setup_with_whole_test_set]
-    assert training.setup_worker is not validation._setup_with_whole_test_set  # restored after the run
+    monkeypatch.setattr(
+        lesson_code, "train_loop_per_worker", lambda config: seen.append(len(data.rank_share(test_ds, 0, 2)))
+    )
+    validation.train_loop_every_rank_scores_all({})
+    assert seen == [40]  # the whole set, not every 2nd digit
+    assert len(data.rank_share(test_ds, 0, 2)) == 20  # restored after the run
 
 
 def test_bench_train_gpu_without_a_gpu_says_so_in_one_line_and_exits_0():

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from course_utils import export
 from tests.notebook_runs import LESSONS
 
 SHOWN = re.compile(r"show_source\(([\w.]+)\)")
@@ -48,7 +49,8 @@ NOT_HERE = {
 
 
 def shown_sources(lesson) -> dict[str, str]:
-    """{name: source} of every object the lesson passes to show_source, resolved as the lesson does."""
+    """{name: source} of every object the lesson passes to show_source, resolved as the lesson does,
+    and of every function its ``#@save`` cells define (written in the lesson itself)."""
     nb = json.loads(lesson.read_text())
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     imported = {name.strip(): module for module, names in IMPORTED.findall(code) for name in names.split(",")}
@@ -62,6 +64,9 @@ def shown_sources(lesson) -> dict[str, str]:
         for attr in attrs:
             obj = getattr(obj, attr)
         out[name] = inspect.getsource(obj)
+    for cell in export.saved_cells():
+        if cell.lesson == lesson.name:
+            out.update(dict.fromkeys(cell.names, cell.code))
     return out
 
 

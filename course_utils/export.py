@@ -1,0 +1,143 @@
+"""The lessons' own Ray code, written once in the lessons and exported to ``course_utils.lesson_code``.
+
+A code cell that contains a line ``#@save`` (d2l's convention) holds code a lesson teaches: the
+learner reads and edits it there, and later lessons, tests and benchmarks import the same code from
+``course_utils.lesson_code``, a module this exporter writes from those cells. The notebook is the
+source; the module is generated. After editing a saved cell, run ``./build.sh export``.
+``tests/unit/test_export.py`` fails, naming the lesson, the cell and the function, when the two
+drift apart.
+
+    python -m course_utils.export          # write course_utils/lesson_code.py from the lessons
+    python -m course_utils.export --check  # exit 1, saying what drifted, when it is out of date
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MARKER = "#@save"
+PACKAGE = Path(__file__).resolve().parent
+NOTEBOOKS = PACKAGE.parent / "notebooks"
+TARGET = PACKAGE / "lesson_code.py"
+
+# What the saved cells use, imported once at the top of the generated module. A lesson imports the
+# same names in its setup cell; ruff (tests/unit/test_lint.py) fails on a name missing here.
+HEADER = '''"""The code the lessons teach, exported from their ``#@save`` cells. GENERATED: do not edit.
+
+Edit the cell in the lesson named above each definition, then run ``./build.sh export``
+(``course_utils.export``); ``tests/unit/test_export.py`` fails while the two differ.
+"""
+
+from __future__ import annotations
+
+import time
+
+import ray.train
+import ray.train.torch
+import torch
+
+from course_utils import data
+from course_utils.checkpoints import rank0_checkpoint, training_state
+from course_utils.model import build_resnet18
+from course_utils.plan import per_worker_batch
+from course_utils.steps import epoch_metrics, train_one_epoch
+'''
+
+
+@dataclass(frozen=True)
+class SavedCell:
+    """One ``#@save`` cell: where it is, and the code it holds (without the marker and title lines)."""
+
+    lesson: str  # the notebook's file name
+    index: int  # the cell's index in the notebook, 0-based
+    title: str  # its first line, e.g. "# 02. The function every worker runs"
+    code: str
+
+    @property
+    def names(self) -> list[str]:
+        """The functions and classes the cell defines, in order."""
+        tree = ast.parse(self.code)
+        return [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+
+    def where(self) -> str:
+        return f"{self.lesson}, cell {self.index} ({self.title!r})"
+
+
+def saved_cells(notebooks: Path = NOTEBOOKS) -> list[SavedCell]:
+    """Every ``#@save`` cell of the numbered lessons, in lesson order."""
+    cells = []
+    for path in sorted(notebooks.glob("[0-9][0-9]_*.ipynb")):
+        nb = json.loads(path.read_text())
+        for index, cell in enumerate(nb["cells"]):
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            lines = source.splitlines()
+            if MARKER not in (line.strip() for line in lines):
+                continue
+            title = lines[0] if lines and lines[0].startswith("#") else ""
+            code = [line for line in lines[1 if title else 0 :] if line.strip() != MARKER]
+            cells.append(SavedCell(path.name, index, title, "\n".join(code).strip() + "\n"))
+    return cells
+
+
+def render(cells: list[SavedCell]) -> str:
+    """The text of ``lesson_code.py`` for ``cells``."""
+    parts = [HEADER]
+    for cell in cells:
+        parts.append(f"\n\n# From {cell.where()}.\n{cell.code}")
+    return "".join(parts)
+
+
+def drift(cells: list[SavedCell], written: str) -> list[str]:
+    """What differs between the lessons' cells and the module as written, one line per definition."""
+    if render(cells) == written:
+        return []
+    try:
+        module = ast.parse(written)
+    except SyntaxError as error:
+        return [f"{TARGET.name} does not parse ({error}): run ./build.sh export"]
+    defined = {
+        n.name: ast.get_source_segment(written, n)
+        for n in module.body
+        if isinstance(n, ast.FunctionDef | ast.ClassDef)
+    }
+    problems = []
+    for cell in cells:
+        tree = ast.parse(cell.code)
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef | ast.ClassDef):
+                continue
+            if node.name not in defined:
+                problems.append(f"{node.name} (in {cell.where()}) is missing from {TARGET.name}")
+            elif defined.pop(node.name) != ast.get_source_segment(cell.code, node):
+                problems.append(f"{node.name} differs between {cell.where()} and {TARGET.name}")
+    problems += [f"{name} is in {TARGET.name} but in no #@save cell" for name in defined]
+    return problems or [f"{TARGET.name} differs from the lessons outside any definition (header or order)"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    cells = saved_cells()
+    if "--check" in argv:
+        problems = drift(cells, TARGET.read_text() if TARGET.exists() else "")
+        for line in problems:
+            print(line)
+        if problems:
+            print(
+                "Run ./build.sh export to write the lessons' #@save cells into course_utils/lesson_code.py."
+            )
+        return 1 if problems else 0
+    TARGET.write_text(render(cells))
+    names = [name for cell in cells for name in cell.names]
+    print(f"wrote {os.path.relpath(TARGET, PACKAGE.parent)}: {', '.join(names)} from {len(cells)} cell(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
