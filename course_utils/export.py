@@ -1,13 +1,14 @@
-"""The lessons' own Ray code, written once in the lessons and exported to ``course_utils.lesson_code``.
+"""The lessons' own Ray code, written once in the lessons and exported to ``course_utils``.
 
 A code cell that contains a line ``#@save`` (d2l's convention) holds code a lesson teaches: the
 learner reads and edits it there, and later lessons, tests and benchmarks import the same code from
-``course_utils.lesson_code``, a module this exporter writes from those cells. The notebook is the
+``course_utils.lesson_code`` (the loops of lessons 02-04) or ``course_utils.lesson_inference``
+(lesson 05's predictor), modules this exporter writes from those cells. The notebook is the
 source; the module is generated. After editing a saved cell, run ``./build.sh export``.
 ``tests/unit/test_export.py`` fails, naming the lesson, the cell and the function, when the two
 drift apart.
 
-    python -m course_utils.export          # write course_utils/lesson_code.py from the lessons
+    python -m course_utils.export          # write course_utils/lesson_*.py from the lessons
     python -m course_utils.export --check  # exit 1, saying what drifted, when it is out of date
 """
 
@@ -23,30 +24,52 @@ from pathlib import Path
 MARKER = "#@save"
 PACKAGE = Path(__file__).resolve().parent
 NOTEBOOKS = PACKAGE.parent / "notebooks"
-TARGET = PACKAGE / "lesson_code.py"
 
-# What the saved cells use, imported once at the top of the generated module. A lesson imports the
-# same names in its setup cell; ruff (tests/unit/test_lint.py) fails on a name missing here.
-HEADER = '''"""The code the lessons teach, exported from their ``#@save`` cells. GENERATED: do not edit.
+_DOC = '''"""{what}, exported from the lessons' ``#@save`` cells. GENERATED: do not edit.
 
 Edit the cell in the lesson named above each definition, then run ``./build.sh export``
 (``course_utils.export``); ``tests/unit/test_export.py`` fails while the two differ.
 """
 
 from __future__ import annotations
+'''
 
+# Each generated module: the lessons whose #@save cells it holds, and what those cells use, imported once
+# at its top (a lesson imports the same names in its setup cell; ruff, tests/unit/test_lint.py, fails on a
+# name missing here). Two modules, so that a Ray Data inference actor that imports lesson 05's predictor
+# imports neither Ray Train nor torchvision (tests/unit/test_imports.py).
+MODULES: dict[str, tuple[tuple[str, ...], str]] = {
+    "lesson_code.py": (
+        ("02", "03", "04"),
+        _DOC.format(what="The Ray Train loops lessons 02-04 teach")
+        + """
 import time
 
 import ray.train
 import ray.train.torch
 import torch
 
-from course_utils import data
-from course_utils.checkpoints import rank0_checkpoint, training_state
-from course_utils.model import build_resnet18
+from course_utils import data, faults
+from course_utils.checkpoints import load_state, rank0_checkpoint, set_rng_state, training_state
+from course_utils.columns import IMAGE, LABEL, image_label_pairs
+from course_utils.model import build_resnet18, unwrap
 from course_utils.plan import per_worker_batch
 from course_utils.steps import epoch_metrics, train_one_epoch
-'''
+""",
+    ),
+    "lesson_inference.py": (
+        ("05",),
+        _DOC.format(what="The batch predictor lesson 05 teaches")
+        + """
+import numpy as np
+import torch
+
+from course_utils.device import get_device
+from course_utils.inference import load_torchscript
+from course_utils.pixels import to_model_input
+""",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -86,56 +109,70 @@ def saved_cells(notebooks: Path = NOTEBOOKS) -> list[SavedCell]:
     return cells
 
 
-def render(cells: list[SavedCell]) -> str:
-    """The text of ``lesson_code.py`` for ``cells``."""
-    parts = [HEADER]
+def module_for(cell: SavedCell) -> str:
+    """The generated module a saved cell goes to, by its lesson's number."""
+    for name, (lessons, _) in MODULES.items():
+        if cell.lesson[:2] in lessons:
+            return name
+    raise ValueError(
+        f"{cell.where()} is a #@save cell, but no module in course_utils.export.MODULES takes lesson {cell.lesson[:2]}"
+    )
+
+
+def render(cells: list[SavedCell], module: str = "lesson_code.py") -> str:
+    """The text of generated ``module`` for the saved cells (those of its lessons)."""
+    parts = [MODULES[module][1]]
     for cell in cells:
-        parts.append(f"\n\n# From {cell.where()}.\n{cell.code}")
+        if module_for(cell) == module:
+            parts.append(f"\n\n# From {cell.where()}.\n{cell.code}")
     return "".join(parts)
 
 
-def drift(cells: list[SavedCell], written: str) -> list[str]:
-    """What differs between the lessons' cells and the module as written, one line per definition."""
-    if render(cells) == written:
+def drift(cells: list[SavedCell], written: str, module: str = "lesson_code.py") -> list[str]:
+    """What differs between the lessons' cells and generated ``module`` as written, one line per definition."""
+    if render(cells, module) == written:
         return []
     try:
-        module = ast.parse(written)
+        tree = ast.parse(written)
     except SyntaxError as error:
-        return [f"{TARGET.name} does not parse ({error}): run ./build.sh export"]
+        return [f"{module} does not parse ({error}): run ./build.sh export"]
     defined = {
         n.name: ast.get_source_segment(written, n)
-        for n in module.body
+        for n in tree.body
         if isinstance(n, ast.FunctionDef | ast.ClassDef)
     }
     problems = []
     for cell in cells:
-        tree = ast.parse(cell.code)
-        for node in tree.body:
+        if module_for(cell) != module:
+            continue
+        for node in ast.parse(cell.code).body:
             if not isinstance(node, ast.FunctionDef | ast.ClassDef):
                 continue
             if node.name not in defined:
-                problems.append(f"{node.name} (in {cell.where()}) is missing from {TARGET.name}")
+                problems.append(f"{node.name} (in {cell.where()}) is missing from {module}")
             elif defined.pop(node.name) != ast.get_source_segment(cell.code, node):
-                problems.append(f"{node.name} differs between {cell.where()} and {TARGET.name}")
-    problems += [f"{name} is in {TARGET.name} but in no #@save cell" for name in defined]
-    return problems or [f"{TARGET.name} differs from the lessons outside any definition (header or order)"]
+                problems.append(f"{node.name} differs between {cell.where()} and {module}")
+    problems += [f"{name} is in {module} but in no #@save cell" for name in defined]
+    return problems or [f"{module} differs from the lessons outside any definition (header or order)"]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, package: Path = PACKAGE) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cells = saved_cells()
     if "--check" in argv:
-        problems = drift(cells, TARGET.read_text() if TARGET.exists() else "")
+        problems = []
+        for module in MODULES:
+            path = package / module
+            problems += drift(cells, path.read_text() if path.exists() else "", module)
         for line in problems:
             print(line)
         if problems:
-            print(
-                "Run ./build.sh export to write the lessons' #@save cells into course_utils/lesson_code.py."
-            )
+            print("Run ./build.sh export to write the lessons' #@save cells into course_utils.")
         return 1 if problems else 0
-    TARGET.write_text(render(cells))
-    names = [name for cell in cells for name in cell.names]
-    print(f"wrote {os.path.relpath(TARGET, PACKAGE.parent)}: {', '.join(names)} from {len(cells)} cell(s)")
+    for module in MODULES:
+        (package / module).write_text(render(cells, module))
+        names = [name for cell in cells if module_for(cell) == module for name in cell.names]
+        print(f"wrote {os.path.relpath(package / module, PACKAGE.parent)}: {', '.join(names)}")
     return 0
 
 

@@ -5,7 +5,8 @@ Two ways to serve the same checkpoint, so lesson 05 can compare them:
 - ``ModelWorker``: a Ray actor that loads the model once and answers ``predict`` calls. The
   reference course calls it once per image (``ray.get(worker.predict.remote(x))``), paying a
   round trip and a batch-of-one forward pass for every digit.
-- ``BatchPredictor``: a callable class for ``Dataset.map_batches`` run by a pool of actors
+- ``batch_predict``: lesson 05's ``BatchPredictor`` (written in its #@save cell, exported to
+  ``course_utils.lesson_inference``), a callable class for ``Dataset.map_batches`` run by a pool of actors
   (``ray.data.ActorPoolStrategy``): the driver traces the model to TorchScript once
   (``torchscript_bytes``); each actor loads those bytes once (frozen, oneDNN fusions: ≈ 1.5× eager
   images/s on CPU) and scores whole batches, without importing the model's code.
@@ -296,29 +297,6 @@ def predict_one_by_one(worker: Any, images: np.ndarray, progress: bool = True) -
     return np.asarray(predictions, dtype=np.int64)
 
 
-class BatchPredictor:
-    """``map_batches`` callable: each pool actor loads the traced model once, then scores whole batches.
-
-    ``model`` is ``torchscript_bytes(checkpoint)``, traced once on the driver. Takes a batch
-    ``{"image": uint8 [B, 28, 28], "label": ...}`` and returns the labels (when given) with a
-    ``prediction`` column; the images are not sent back.
-    """
-
-    def __init__(self, model: bytes) -> None:
-        from course_utils.device import get_device
-
-        self.device = get_device()
-        self.model = load_torchscript(model, self.device)
-
-    @torch.inference_mode()
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        logits = self.model(to_model_input(batch["image"]).to(self.device))
-        out = {"prediction": logits.argmax(dim=1).cpu().numpy()}
-        if "label" in batch:
-            out["label"] = np.asarray(batch["label"])
-        return out
-
-
 def plain_pytorch_predict(
     checkpoint: Any, images: np.ndarray, *, batch_size: int = 256, threads: int | None = None
 ) -> np.ndarray:
@@ -368,13 +346,17 @@ def images_dataset(images: np.ndarray, labels: np.ndarray | None = None, blocks:
 def batch_predict(
     ds: Any,
     checkpoint: Any,
+    predictor: type,
     *,
     pool: PoolPlan | None = None,
     pool_size: int = 2,
     batch_size: int = 256,
     cpus_per_actor: float = 1,
 ):
-    """Score every row of ``ds`` with a pool of model actors (a lazy Dataset).
+    """Score every row of ``ds`` with a pool of model actors, each an instance of ``predictor`` (a lazy Dataset).
+
+    ``predictor`` is a ``map_batches`` class built from the traced model's bytes: lesson 05's
+    ``BatchPredictor``, written in its #@save cell (``course_utils.lesson_inference``).
 
     ``pool`` is a ``PoolPlan``; by default ``pool_for(pool_size, cpus_per_actor)`` sizes one to the
     cluster now (waiting in line when nothing is free). ``ActorPoolStrategy`` is how Ray spells an
@@ -385,7 +367,7 @@ def batch_predict(
 
     pool = pool or pool_for(pool_size, cpus_per_actor)
     return ds.map_batches(
-        BatchPredictor,
+        predictor,
         fn_constructor_kwargs={"model": torchscript_bytes(checkpoint)},  # traced once, here
         compute=ray.data.ActorPoolStrategy(size=pool.size),
         batch_size=batch_size,
@@ -521,7 +503,13 @@ class BatchTiming:
 
 
 def time_batch_inference(
-    checkpoint: Any, images: np.ndarray, *, pool_size: int = 2, batch_size: int = 256, cpus_per_actor: int = 1
+    checkpoint: Any,
+    images: np.ndarray,
+    predictor: type,
+    *,
+    pool_size: int = 2,
+    batch_size: int = 256,
+    cpus_per_actor: int = 1,
 ) -> BatchTiming:
     """Time ``batch_predict`` over ``images`` end to end: Dataset, actor-pool start-up, model loading
     and every prediction back on the driver. Four model batches per block: the first predictions
@@ -532,7 +520,7 @@ def time_batch_inference(
     ds = images_dataset(images, labels, blocks=max(pool.size * 4, len(images) // (batch_size * 4)))
     timings: dict[str, float] = {}
     _, predictions = collect_predictions(
-        batch_predict(ds, checkpoint, pool=pool, batch_size=batch_size), timings
+        batch_predict(ds, checkpoint, predictor, pool=pool, batch_size=batch_size), timings
     )
     seconds = time.perf_counter() - start
     if len(predictions) != len(images):
@@ -608,6 +596,7 @@ class Throughput:
 def measure_throughput(
     checkpoint: Any,
     images: np.ndarray,
+    predictor: type,
     *,
     per_image: int = 300,
     batch_copies: int = 1,
@@ -641,7 +630,7 @@ def measure_throughput(
     # so that actor must not hold a CPU slot or one of Ray's prestarted worker processes meanwhile.
     wait_until_quiet()
     batch = time_batch_inference(
-        checkpoint, many, pool_size=pool_size, batch_size=batch_size, cpus_per_actor=cpus_per_actor
+        checkpoint, many, predictor, pool_size=pool_size, batch_size=batch_size, cpus_per_actor=cpus_per_actor
     )
 
     own_worker = worker is None

@@ -45,3 +45,24 @@ def with_printed_lines(fn):
     run.__name__ = run.__qualname__ = fn.__name__  # the task's name in the dashboard and logs
     run.__doc__ = fn.__doc__
     return run
+
+
+def show_changes(before, after) -> None:
+    """Show what changed from function ``before`` to ``after`` as a diff (``-`` removed, ``+`` added).
+
+    Lesson 03 and 04 write their loops out in full; this shows the few lines that differ from lesson 02's,
+    read from the code that runs (a function defined in a cell included).
+    """
+    import difflib
+
+    old = textwrap.dedent(inspect.getsource(before)).splitlines()
+    new = textwrap.dedent(inspect.getsource(after)).splitlines()
+    diff = "\n".join(difflib.unified_diff(old, new, before.__name__, after.__name__, n=1, lineterm=""))
+    changed = sum(line[:1] in "+-" and line[:3] not in ("+++", "---") for line in diff.splitlines())
+    print(f"{before.__name__} -> {after.__name__}: {changed} line(s) removed or added")
+    try:
+        from IPython.display import Markdown, display
+
+        display(Markdown(f"```diff\n{diff}\n```"))
+    except ImportError:
+        print(diff)

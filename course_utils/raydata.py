@@ -17,7 +17,6 @@ Two ways to preprocess, same values:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,18 @@ import pyarrow.parquet as pq
 import torch
 
 from course_utils import checkpoints, data, ownership, training
+
+# Re-exported (``x as x``): lessons and tests name them through raydata.
+from course_utils.columns import IMAGE as IMAGE
+from course_utils.columns import LABEL as LABEL
+from course_utils.columns import REQUIRED_COLUMNS as REQUIRED_COLUMNS
+from course_utils.columns import DatasetColumnsError as DatasetColumnsError
+from course_utils.columns import _Names
+from course_utils.columns import check_columns as check_columns
+from course_utils.columns import image_label_pairs as image_label_pairs
 from course_utils.config import Profile, get_profile, learner_storage_root, storage_root
 from course_utils.model import unwrap
 
-IMAGE, LABEL = "image", "label"
-REQUIRED_COLUMNS = (IMAGE, LABEL)
 SIDE = 28
 PIXELS = SIDE * SIDE
 SCHEMA = pa.schema([pa.field(IMAGE, pa.binary(PIXELS)), pa.field(LABEL, pa.int64())])
@@ -85,10 +91,6 @@ def read_blocks(path: str | Path) -> int:
     Without it Ray Data splits each file into more blocks than there are files and does not fuse.
     """
     return max(1, len(parquet_files(path)))
-
-
-class DatasetColumnsError(ValueError):
-    """A dataset lacks the columns the course's transform or training loop needs."""
 
 
 # --------------------------------------------------------------------------- Parquet export
@@ -227,18 +229,6 @@ def parquet_files(path: str | Path) -> list[tuple[str, int]]:
 # --------------------------------------------------------------------------- Ray Dataset
 
 
-def check_columns(schema: Any, required: Sequence[str] = REQUIRED_COLUMNS, what: str = "dataset") -> None:
-    """Raise ``DatasetColumnsError`` naming the columns ``schema`` (a Ray or Arrow schema) lacks."""
-    names = list(getattr(schema, "names", None) or [])
-    missing = [c for c in required if c not in names]
-    if missing:
-        raise DatasetColumnsError(
-            f"The {what} has columns {names} but the course needs {list(required)}: missing {missing}. "
-            f"Write it with course_utils.raydata.write_parquet (columns {IMAGE!r}: 784 uint8 bytes, "
-            f"{LABEL!r}: int64) or rename your columns with ds.rename_columns(...)."
-        )
-
-
 def read_digits(path: str | Path, *, shuffle_files: bool = False):
     """``ray.data.read_parquet`` over course digits, after checking the path and the columns.
 
@@ -288,13 +278,6 @@ def per_row_pil(row: dict[str, Any]) -> dict[str, Any]:
     return {IMAGE: image.numpy(), LABEL: int(row[LABEL])}
 
 
-class _Names:
-    """Duck-typed schema (``.names``) for a dict batch, so ``check_columns`` serves both."""
-
-    def __init__(self, batch: dict[str, Any]):
-        self.names = list(batch)
-
-
 def preprocess(ds, *, fast: bool = True):
     """The dataset with the course transform applied, the fast (default) or the slow way."""
     check_columns(ds.schema())
@@ -311,45 +294,6 @@ def training_dataset(path: str | Path):
 # --------------------------------------------------------------------------- training loop
 
 
-def image_label_pairs(
-    batches: Iterable[dict[str, torch.Tensor]],
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Ray Data's dict batches ``{"image": ..., "label": ...}`` as the ``(images, labels)`` pairs
-    lesson 01's ``train_one_epoch`` takes; a batch without those columns is a clear error."""
-    for batch in batches:
-        check_columns(_Names(batch), what="training batch")
-        yield batch[IMAGE], batch[LABEL]
-
-
-def train_loop_ray_data(config: dict[str, Any]) -> None:
-    """Lesson 02's loop with the training batches streamed from this worker's Ray Data shard."""
-    import ray.train
-
-    worker = training.setup_worker(config)
-    # Ray Train: this worker's part of datasets={"train": ...}, preprocessed by Ray Data tasks.
-    shard = ray.train.get_dataset_shard("train")
-    history = []
-    for epoch in range(config["epochs"]):
-        start = time.perf_counter()
-        batches = shard.iter_torch_batches(
-            batch_size=worker.batch,
-            dtypes={IMAGE: torch.float32, LABEL: torch.int64},
-            device=worker.device,  # batches arrive on this worker's device
-            local_shuffle_buffer_size=config["shuffle_buffer"],  # rows mixed on this worker, no network
-            local_shuffle_seed=config["seed"] + epoch,  # a new order every epoch
-        )
-        train_loss, images = training.train_one_epoch(
-            worker.model, image_label_pairs(batches), worker.optimizer, worker.device
-        )
-        metrics = worker.epoch_metrics(epoch, train_loss, images, time.perf_counter() - start)
-        metrics["rows_seen_rank"] = images  # this rank's share of the epoch's rows
-        history.append(metrics)
-        # Every rank reports (report is a barrier); only rank 0 attaches a checkpoint.
-        with checkpoints.rank0_checkpoint(worker.rank, worker.state(epoch, history)) as checkpoint:
-            ray.train.report(metrics, checkpoint=checkpoint)
-        worker.print_epoch(metrics)
-
-
 # Rows each worker mixes in its local shuffle buffer (lesson 03, section 09).
 SHUFFLE_BUFFER = 1000
 
@@ -357,7 +301,9 @@ SHUFFLE_BUFFER = 1000
 def make_trainer(
     name: str, dataset, profile: Profile | None = None, *, shuffle_buffer: int = SHUFFLE_BUFFER, **kwargs: Any
 ):
-    """``training.make_trainer`` with the Ray Data loop and ``datasets={"train": dataset}``."""
+    """``training.make_trainer`` with lesson 03's Ray Data loop and ``datasets={"train": dataset}``."""
+    from course_utils.lesson_code import train_loop_ray_data  # written in lesson 03's #@save cell
+
     check_columns(dataset.schema())
     profile = profile or get_profile()
     return training.make_trainer(

@@ -1,12 +1,10 @@
-"""Lesson 04's loops: lesson 02's loop made resumable, and mid-epoch resumption.
+"""Lesson 04's mid-epoch resumption, and what its lesson-written loop reports.
 
-Both are built from lesson 02's pieces (``training.setup_worker``, ``train_step`` /
-``train_one_epoch``, ``Worker.epoch_metrics``, ``checkpoints.rank0_checkpoint``). What they add is
-lesson 04's business: continuing from ``ray.train.get_checkpoint()``, and crashing on purpose
-(``faults.inject``) to prove that they do.
-
-``train_loop_resumable`` checkpoints at epoch boundaries and reports ``start_epoch`` (where its
-attempt began). ``train_loop_mid_epoch`` checkpoints every ``checkpoint_every`` steps together
+Lesson 04 writes ``train_loop_resumable`` in its own #@save cell (``course_utils.lesson_code``):
+lesson 02's loop that continues from ``ray.train.get_checkpoint()`` and crashes on purpose
+(``faults.inject``) to prove it. This module holds the mid-epoch loop, built from lesson 02's
+pieces (``training.setup_worker``, ``train_step``, ``Worker.epoch_metrics``,
+``checkpoints.rank0_checkpoint``). ``train_loop_mid_epoch`` checkpoints every ``checkpoint_every`` steps together
 with the iterator position of a ``torchdata`` ``StatefulDataLoader`` (``save_mid_epoch``), so a
 restarted worker group continues at the exact next batch (``restore_mid_epoch``); lesson 04 shows
 those two functions. Ray Data's iterator-state resumption is not in open-source Ray; the DataLoader
@@ -25,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from course_utils import checkpoints, data, faults, training
+from course_utils import checkpoints, faults, training
 from course_utils.model import unwrap
 
 # What train_loop_resumable reports each epoch: lesson 02's metrics and where the attempt began.
@@ -38,44 +36,6 @@ REPORTED_METRICS_MID_EPOCH = (
     "upload",
     "partial_epoch",
 )
-
-
-def train_loop_resumable(config: dict[str, Any]) -> None:
-    """Lesson 02's loop, resumable: it continues after the epoch of ``ray.train.get_checkpoint()``.
-
-    Reports ``start_epoch`` (where this attempt began) with each epoch; ``config["fault"]``
-    (``faults.crash_once``) crashes it on purpose.
-    """
-    import ray.train
-    import ray.train.torch
-
-    worker = training.setup_worker(config)
-    loader = ray.train.torch.prepare_data_loader(
-        data.make_loader(worker.train_ds, worker.batch, shuffle=True)
-    )
-    start_epoch, history = 0, []
-    checkpoint = ray.train.get_checkpoint()  # None on a fresh start; after a failure, the latest one
-    if checkpoint is not None:
-        state = checkpoints.load_state(checkpoint)
-        unwrap(worker.model).load_state_dict(state["model"])  # weights (saved without DDP's wrapper)
-        worker.optimizer.load_state_dict(state["optimizer"])  # Adam's moments
-        checkpoints.set_rng_state(state["rng"])
-        start_epoch, history = state["epoch"] + 1, state["history"]  # the next epoch, and what came before
-    if worker.rank == 0:
-        print(f"[rank 0] {f'resuming at epoch {start_epoch}' if checkpoint else 'fresh start'}", flush=True)
-    for epoch in range(start_epoch, config["epochs"]):
-        if worker.world > 1:
-            loader.sampler.set_epoch(epoch)
-        start = time.perf_counter()
-        # Lesson 04's crashes on purpose: config["fault"] fires once, before the step it names.
-        batches = faults.inject(loader, config.get("fault"), rank=worker.rank, epoch=epoch)
-        train_loss, images = training.train_one_epoch(worker.model, batches, worker.optimizer, worker.device)
-        metrics = worker.epoch_metrics(epoch, train_loss, images, time.perf_counter() - start)
-        metrics["start_epoch"] = start_epoch  # which attempt trained this epoch: 0 = the fresh start
-        history.append(metrics)
-        with checkpoints.rank0_checkpoint(worker.rank, worker.state(epoch, history)) as checkpoint:
-            ray.train.report(metrics, checkpoint=checkpoint)
-        worker.print_epoch(metrics)
 
 
 class IndexRecorder(Dataset):

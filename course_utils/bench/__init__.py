@@ -14,6 +14,8 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
+from course_utils.compare import steady as steady  # re-exported: the benches' one epoch-throughput rule
+
 # subcommand -> one-line help; the body is ``course_utils.bench.<subcommand>.main``
 COMMANDS: dict[str, str] = {
     "train": "images/s: plain PyTorch vs Ray Train (2x1 CPU, 1x2 CPU) on the same cores (lesson 02); --gpu: on one GPU, with its busy share",
@@ -25,13 +27,6 @@ COMMANDS: dict[str, str] = {
     "startup": "seconds: a bare 2-worker fit part by part, beside the floor (2 plain actors importing torch)",
     "workshop": "seconds: 1, 2, 3 and 4 learners at once through lesson 02's fit on one cluster: wall, waiting, CPU",
 }
-
-
-def steady(rates: Sequence[float]) -> float:
-    """A throughput over epochs: the median of the epochs after the first (the first pays for warm-up)."""
-    import statistics
-
-    return statistics.median(rates[1:] if len(rates) > 1 else rates)
 
 
 def print_lines(values: dict[str, Any]) -> None:

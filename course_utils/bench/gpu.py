@@ -4,7 +4,7 @@ Four ways to train the same ResNet-18 on the same digits and global batch, on on
 
 - ``plain``: lesson 01's loop (``training.train_one_epoch``) over lesson 01's DataLoader (``data.make_loader``);
 - ``ray_train``: Ray Train, 1 worker with 1 GPU, lesson 02's loop (``lesson_code.train_loop_per_worker``);
-- ``ray_data``: Ray Train fed by Ray Data, lesson 03's loop (``raydata.train_loop_ray_data``);
+- ``ray_data``: Ray Train fed by Ray Data, lesson 03's loop (``lesson_code.train_loop_ray_data``);
 - ``ceiling``: the same model and step on batches already in GPU memory: no loader at all.
 
 Each prints its images/s (median of the epochs after the first, which pays for warm-up) and the GPU's
@@ -160,14 +160,14 @@ def ray_fit(
 
     config = training.loop_config(profile, data_root=str(root), shuffle_buffer=raydata.SHUFFLE_BUFFER)
     datasets = None
-    from course_utils.lesson_code import train_loop_per_worker
+    from course_utils.lesson_code import train_loop_per_worker, train_loop_ray_data
 
     loop = train_loop_per_worker
     if ray_data:
         parquet = raydata.export_mnist_parquet(
             "train", None, path=storage / f"{name}-parquet", data_root=root, num_files=8
         )
-        datasets, loop = {"train": raydata.training_dataset(parquet)}, raydata.train_loop_ray_data
+        datasets, loop = {"train": raydata.training_dataset(parquet)}, train_loop_ray_data
     TorchTrainer(
         loop,
         train_loop_config=config,

@@ -27,6 +27,7 @@ from course_utils.inference import (
     torchscript_bytes,
     wait_until_quiet,
 )
+from course_utils.lesson_inference import BatchPredictor
 
 
 def main(argv: Sequence[str] | None = None) -> Throughput:
@@ -68,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
     first = time_batch_inference(
         checkpoint,
         np.concatenate([images] * args.copies),
+        BatchPredictor,
         pool_size=args.pool_size,
         batch_size=args.batch_size,
         cpus_per_actor=args.cpus_per_actor,
@@ -75,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
     result = measure_throughput(
         checkpoint,
         images,
+        BatchPredictor,
         per_image=args.per_image,
         batch_copies=args.copies,
         pool_size=args.pool_size,

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from course_utils import cluster, faults, history, resumable, training
+from course_utils import cluster, faults, history, lesson_code, training
 from course_utils import storage as runs_storage
 from course_utils.config import get_profile
 
@@ -41,7 +41,7 @@ def test_an_elastic_run_grows_when_a_node_joins_and_shrinks_when_it_leaves(ray_s
     joining.stop_when(lambda: registered(2), graceful=True, then=cluster.refresh_autoscaling_coordinator)
     path, fs = runs_storage.ray_storage()
     trainer = TorchTrainer(
-        resumable.train_loop_resumable,
+        lesson_code.train_loop_resumable,
         train_loop_config=training.loop_config(profile, fault=[grow, shrink]),
         scaling_config=ScalingConfig(
             num_workers=(1, 2), resources_per_worker={"CPU": 1, slot: 1}, elastic_resize_monitor_interval_s=1

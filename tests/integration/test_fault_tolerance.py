@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils import checkpoints, faults, history, resumable, training
+from course_utils import checkpoints, faults, history, lesson_code, resumable, training
 from course_utils import storage as runs
 from course_utils.config import get_profile
 
@@ -45,7 +45,7 @@ def _profile(epochs: int):
 
 def _trainer(name: str, profile, **kwargs):
     """``training.make_trainer`` with lesson 04's resumable loop (restores, reports start_epoch, faults)."""
-    return training.make_trainer(name, profile, train_loop=resumable.train_loop_resumable, **kwargs)
+    return training.make_trainer(name, profile, train_loop=lesson_code.train_loop_resumable, **kwargs)
 
 
 def _weights(result) -> dict[str, torch.Tensor]:

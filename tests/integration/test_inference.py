@@ -7,6 +7,7 @@ import pytest
 
 from course_utils import cleanup, data, inference
 from course_utils.checkpoints import load_model
+from course_utils.lesson_inference import BatchPredictor
 from course_utils.model import predict
 
 pytestmark = pytest.mark.integration
@@ -50,7 +51,7 @@ def test_batch_inference_with_an_actor_pool_scores_every_digit(ray_session, chec
     images, labels = digits
     ds = inference.images_dataset(images, labels, blocks=4)
     got_labels, got_predictions = inference.collect_predictions(
-        inference.batch_predict(ds, checkpoint_dir, pool_size=2, batch_size=64)
+        inference.batch_predict(ds, checkpoint_dir, BatchPredictor, pool_size=2, batch_size=64)
     )
     expected = _expected(checkpoint_dir, images)
     assert len(got_predictions) == len(images)
@@ -63,7 +64,9 @@ def test_batch_inference_with_an_actor_pool_scores_every_digit(ray_session, chec
 
 def test_measure_throughput_runs_both_ways(ray_session, checkpoint_dir, digits):
     images, _ = digits
-    result = inference.measure_throughput(checkpoint_dir, images, per_image=10, progress=False)
+    result = inference.measure_throughput(
+        checkpoint_dir, images, BatchPredictor, per_image=10, progress=False
+    )
     assert result.per_image_images == 10 and result.batch_images == len(images)
     assert result.per_image_seconds > 0 and result.batch_seconds > 0
     assert result.plain_images == len(images) and result.plain_seconds > 0
@@ -116,7 +119,9 @@ def test_a_pool_on_a_full_cluster_waits_in_line_and_finishes_once_slots_free(
 
     threading.Thread(target=free_later, daemon=True).start()
     started = time.monotonic()
-    timing = inference.time_batch_inference(checkpoint_dir, images, pool_size=2, batch_size=64)
+    timing = inference.time_batch_inference(
+        checkpoint_dir, images, BatchPredictor, pool_size=2, batch_size=64
+    )
     err = capsys.readouterr().err
     assert timing.images == len(images), "every digit scored"
     assert freed_at and time.monotonic() - started > 12, "it could only finish after the slots freed"

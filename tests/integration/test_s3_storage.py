@@ -8,7 +8,7 @@ import pyarrow.fs as pafs
 import pytest
 from ray.train import TrainingFailedError
 
-from course_utils import config, faults, resumable, training
+from course_utils import config, faults, lesson_code, resumable, training
 from course_utils import storage as course_storage
 from course_utils.history import metric_history
 from tests.notebook_runs import S3
@@ -16,7 +16,9 @@ from tests.notebook_runs import S3
 pytestmark = [pytest.mark.integration, pytest.mark.path(S3)]
 
 TINY = config.SMOKE.with_(epochs=3, train_size=512, test_size=200, batch_size=64)
-LOOP = resumable.train_loop_resumable  # lesson 04's loop: resumes from get_checkpoint(), reports start_epoch
+LOOP = (
+    lesson_code.train_loop_resumable
+)  # lesson 04's loop: resumes from get_checkpoint(), reports start_epoch
 REPORTED = resumable.REPORTED_METRICS
 
 

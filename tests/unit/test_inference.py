@@ -10,6 +10,7 @@ import torch
 
 from course_utils import data, inference
 from course_utils.checkpoints import load_model
+from course_utils.lesson_inference import BatchPredictor
 from course_utils.model import predict
 
 
@@ -143,7 +144,7 @@ def test_model_worker_and_batch_predictor_agree_with_plain_pytorch(checkpoint_di
     assert one_by_one == list(expected[:8])
     assert worker.info()["predict_calls"] == 9 and worker.info()["device"] == "cpu"
 
-    predictor = inference.BatchPredictor(inference.torchscript_bytes(str(checkpoint_dir)))
+    predictor = BatchPredictor(inference.torchscript_bytes(str(checkpoint_dir)))
     out = predictor({"image": images, "label": labels})
     assert set(out) == {"prediction", "label"}
     assert np.array_equal(out["prediction"], expected)

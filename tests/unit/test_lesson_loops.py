@@ -98,13 +98,13 @@ def test_the_shown_loop_holds_the_lessons_calls_and_no_other_lessons(number):
 
 
 def test_a_loop_with_another_lessons_business_is_caught():
-    from course_utils import raydata, resumable
+    from course_utils import lesson_code
 
-    lesson04_loop = inspect.getsource(resumable.train_loop_resumable)
+    lesson04_loop = inspect.getsource(lesson_code.train_loop_resumable)
     found = problems("02", {"train_loop_resumable": lesson04_loop})
     assert "lesson 02's train_loop_resumable carries 'fault'" in found
     assert "lesson 02's train_loop_resumable carries 'get_checkpoint'" in found
-    found = problems("03", {"train_loop_ray_data": inspect.getsource(raydata.train_loop_ray_data)})
+    found = problems("03", {"train_loop_ray_data": inspect.getsource(lesson_code.train_loop_ray_data)})
     assert found == [], "lesson 03's own loop passes lesson 03's rules"
     assert problems("01", {"train_loop": "def train_loop():\n    for x in y:\n        pass\n"})[0].startswith(
         "lesson 01 teaches model(images)"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from course_utils import checkpoints, config, data, raydata, training
+from course_utils import checkpoints, config, data, lesson_code, raydata, training
 from course_utils.bench.ingest import DigitsDataset
 
 
@@ -239,7 +239,7 @@ def test_train_loop_ray_data_streams_the_shard_and_reports_every_epoch(digits, m
     monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("cpu"))
     monkeypatch.setattr(ray.train.torch, "prepare_model", lambda model: model)
     profile = config.SMOKE.with_(epochs=2, train_size=64, test_size=32, batch_size=16)
-    raydata.train_loop_ray_data(training.loop_config(profile, data_root=mnist_root, shuffle_buffer=32))
+    lesson_code.train_loop_ray_data(training.loop_config(profile, data_root=mnist_root, shuffle_buffer=32))
 
     assert [call["batch_size"] for call in shard.calls] == [16, 16]  # one worker: the whole batch
     assert {call["device"] for call in shard.calls} == {torch.device("cpu")}
@@ -264,7 +264,7 @@ def test_make_trainer_defaults_the_shuffle_buffer(monkeypatch):
             return schema
 
     raydata.make_trainer("lesson03-unit", Dataset(), config.SMOKE)
-    assert seen["train_loop"] is raydata.train_loop_ray_data
+    assert seen["train_loop"] is lesson_code.train_loop_ray_data
     assert seen["shuffle_buffer"] == raydata.SHUFFLE_BUFFER
 
 

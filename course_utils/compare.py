@@ -1,0 +1,77 @@
+"""How a lesson's run compares with lesson 01's plain PyTorch on the same machine, said in sentences.
+
+Lesson 01 saves its per-epoch metrics (``metrics.csv``) in its output folder; lessons 02 and 03 read
+them back and print the two throughputs side by side, the ratio, and the mechanism behind it: on
+CPU workers that share one machine's cores, Ray Train divides the same cores and adds an all-reduce
+per step; with a GPU or a machine per worker, each worker brings hardware of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+LESSON01_OUTPUT = "lesson01-baseline"  # storage.local_output_dir(...) of lesson 01's baseline
+
+
+def steady(rates: Sequence[float]) -> float:
+    """A throughput over epochs: the median of the epochs after the first (the first pays for warm-up)."""
+    rates = list(rates)
+    return statistics.median(rates[1:] if len(rates) > 1 else rates)
+
+
+def lesson01_history(folder: Path | None = None) -> pd.DataFrame | None:
+    """Lesson 01's per-epoch metrics from its output folder, or None when lesson 01 has not run here."""
+    if folder is None:
+        from course_utils.storage import local_output_dir
+
+        folder = local_output_dir(LESSON01_OUTPUT)
+    path = Path(folder) / "metrics.csv"
+    return pd.read_csv(path) if path.exists() else None
+
+
+def against_lesson01(
+    history: pd.DataFrame,
+    *,
+    workers: int,
+    use_gpu: bool,
+    what: str = "this run",
+    baseline: pd.DataFrame | None = None,
+    cores: int | None = None,
+) -> list[str]:
+    """Sentences: lesson 01's images/s and ``history``'s (all workers together), their ratio, and why.
+
+    ``baseline`` defaults to lesson 01's saved metrics; without them the first sentence says to run lesson 01.
+    """
+    baseline = lesson01_history() if baseline is None else baseline
+    rate = steady(history["images_per_s"])
+    if baseline is None or baseline.empty:
+        return [
+            f"{what.capitalize()} trained {rate:,.0f} images/s (all workers together). Run lesson 01 on this "
+            "machine to see it beside plain PyTorch."
+        ]
+    plain = steady(baseline["images_per_s"])
+    ratio = rate / plain
+    lines = [
+        f"Lesson 01's plain PyTorch trained {plain:,.0f} images/s in one process; {what} trained {rate:,.0f} "
+        f"images/s with {workers} worker(s) together: {ratio:.2f}x lesson 01's."
+    ]
+    if use_gpu:
+        lines.append(
+            f"Each of the {workers} worker(s) has a GPU of its own: more workers bring more GPUs, and the "
+            "all-reduce of the gradients every step is the price."
+        )
+        return lines
+    cores = cores or os.cpu_count() or 1
+    if workers > 1 and ratio < 1:
+        lines.append(
+            f"Why it is not faster here: the {workers} workers share the {cores} CPU core(s) lesson 01's one "
+            f"process had to itself, so together they have no more compute, and DDP adds an all-reduce of "
+            "the gradients every step. Distributing pays when each worker brings hardware of its own: a "
+            "GPU, or a machine."
+        )
+    return lines
