@@ -66,7 +66,7 @@ class CleanupReport:
         verb = "would free" if self.dry_run else "freed"
         lines = [
             f"Cleanup {verb}: {len(self.actors)} actor(s), {len(self.removed)} path(s), "
-            f"{human_bytes(self.bytes)} ({self.bytes:,} bytes)"
+            f"{human_bytes(self.bytes)} of storage ({self.bytes:,} bytes on disk or in the bucket)"
         ]
         lines += [f"  actor  {name}" for name in self.actors]
         lines += [f"  {r.kind:<9} {human_bytes(r.bytes):>9}  {r.path}" for r in self.removed]
@@ -337,6 +337,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------- actors
+
+
+def objects_held_here() -> tuple[int, int]:
+    """``(objects, bytes)`` this driver process keeps alive in Ray's object store by holding references
+    (``ray.put`` results, task results), from Ray's state API (it needs the dashboard, as the course's Ray has).
+
+    Ray frees such an object only once no reference to it is left: dropping the Python names is what frees it.
+    """
+    import os
+
+    import ray
+    from ray.util.state import list_objects
+
+    mine = list_objects(
+        filters=[
+            ("pid", "=", os.getpid()),
+            ("ip", "=", ray.util.get_node_ip_address()),
+            ("reference_type", "=", "LOCAL_REFERENCE"),
+        ],
+        limit=10_000,
+        raise_on_missing_output=False,
+    )
+    return len(mine), sum(o.object_size or 0 for o in mine)
 
 
 def course_actors() -> list[dict[str, str]]:
