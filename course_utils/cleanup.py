@@ -64,8 +64,9 @@ class CleanupReport:
 
     def describe(self) -> str:
         verb = "would free" if self.dry_run else "freed"
+        actors = "" if self.dry_run else f"{len(self.actors)} actor(s), "  # a dry run deletes files only
         lines = [
-            f"Cleanup {verb}: {len(self.actors)} actor(s), {len(self.removed)} path(s), "
+            f"Cleanup {verb}: {actors}{len(self.removed)} path(s), "
             f"{human_bytes(self.bytes)} of storage ({self.bytes:,} bytes on disk or in the bucket)"
         ]
         lines += [f"  actor  {name}" for name in self.actors]

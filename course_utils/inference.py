@@ -2,8 +2,8 @@
 
 Two ways to serve the same checkpoint, so lesson 05 can compare them:
 
-- ``ModelWorker``: a Ray actor that loads the model once and answers ``predict`` calls. The
-  reference course calls it once per image (``ray.get(worker.predict.remote(x))``), paying a
+- ``ModelWorker``: a Ray actor that loads the model once and answers ``predict`` calls. Lesson 05
+  calls it once per image (``ray.get(worker.predict.remote(x))``), paying a
   round trip and a batch-of-one forward pass for every digit.
 - ``batch_predict``: lesson 05's ``BatchPredictor`` (written in its #@save cell, exported to
   ``course_utils.lesson_inference``), a callable class for ``Dataset.map_batches`` run by a pool of actors
@@ -12,8 +12,8 @@ Two ways to serve the same checkpoint, so lesson 05 can compare them:
   images/s on CPU) and scores whole batches, without importing the model's code.
 
 ``measure_throughput`` times per-image calls, Ray Data batch inference and a plain PyTorch
-``model(batch)`` loop on the driver (the same model and batch size on the same cores: the
-physical limit batch inference can approach) side by side.
+``model(batch)`` loop on the driver (the same model and batch size on the same cores, without
+Ray) side by side.
 
 Actors ask for one CPU, and for a GPU only when the cluster has one. Their names start with
 ``ACTOR_PREFIX`` and they live in the learner's Ray namespace (``config.learner_namespace()``,
@@ -287,7 +287,7 @@ def start_model_worker(checkpoint: Any, name: str | None = None):
 
 
 def predict_one_by_one(worker: Any, images: np.ndarray, progress: bool = True) -> np.ndarray:
-    """The reference course's loop: one ``ray.get(worker.predict.remote(x))`` per digit."""
+    """One ``ray.get(worker.predict.remote(x))`` per digit: the simplest way to serve a model with an actor."""
     import ray
     from tqdm.auto import tqdm
 

@@ -59,7 +59,10 @@ def show_changes(before, after) -> None:
     new = textwrap.dedent(inspect.getsource(after)).splitlines()
     diff = "\n".join(difflib.unified_diff(old, new, before.__name__, after.__name__, n=1, lineterm=""))
     changed = sum(line[:1] in "+-" and line[:3] not in ("+++", "---") for line in diff.splitlines())
-    print(f"{before.__name__} -> {after.__name__}: {changed} line(s) removed or added")
+    print(
+        f"{before.__module__}.{before.__name__} (as shipped) -> {after.__name__} (this notebook's): "
+        f"{changed} line(s) removed or added, the name and docstring included"
+    )
     try:
         from IPython.display import Markdown, display
 

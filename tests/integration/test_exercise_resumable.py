@@ -15,12 +15,15 @@ PRELUDE = """
 import time
 import ray.train
 import ray.train.torch
+import torch
 from course_utils import checkpoints, data, training
-from course_utils.model import unwrap
+from course_utils.checkpoints import load_state, rank0_checkpoint, training_state
+from course_utils.model import build_resnet18, unwrap
+from course_utils.training import epoch_metrics, per_worker_batch, train_one_epoch
 """
 
 SOLUTION = re.search(r"```python\n(.*?)```", solutions.solution("04.4"), re.S).group(1)
-RESTORE = """        worker.optimizer.load_state_dict(state["optimizer"])
+RESTORE = """        optimizer.load_state_dict(state["optimizer"])
         start_epoch, history = state["epoch"] + 1, state["history"]
 """
 
@@ -33,7 +36,7 @@ MISTAKES = {
     ),
     "weights but not the epoch": (
         RESTORE,
-        '        worker.optimizer.load_state_dict(state["optimizer"])\n',
+        '        optimizer.load_state_dict(state["optimizer"])\n',
         "restored the weights but not the epoch",
     ),
 }
