@@ -346,8 +346,6 @@ def objects_held_here() -> tuple[int, int]:
 
     Ray frees such an object only once no reference to it is left: dropping the Python names is what frees it.
     """
-    import os
-
     import ray
     from ray.util.state import list_objects
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-LESSON01_OUTPUT = "lesson01-baseline"  # storage.local_output_dir(...) of lesson 01's baseline
+LESSON01_OUTPUT = "lesson01-baseline"  # storage.local_output_path(...) of lesson 01's baseline
 
 
 def steady(rates: Sequence[float]) -> float:
@@ -26,10 +26,10 @@ def steady(rates: Sequence[float]) -> float:
 
 def lesson01_history(folder: Path | None = None) -> pd.DataFrame | None:
     """Lesson 01's per-epoch metrics from its output folder, or None when lesson 01 has not run here."""
-    if folder is None:
-        from course_utils.storage import local_output_dir
+    if folder is None:  # only reads: a lesson run before lesson 01 creates no folder here
+        from course_utils.storage import local_output_path
 
-        folder = local_output_dir(LESSON01_OUTPUT)
+        folder = local_output_path(LESSON01_OUTPUT)
     path = Path(folder) / "metrics.csv"
     return pd.read_csv(path) if path.exists() else None
 

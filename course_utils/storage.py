@@ -63,11 +63,17 @@ def prepare_learner_storage() -> str:
     return mine
 
 
+def local_output_path(name: str) -> Path:
+    """Where ``local_output_dir(name)`` is, without creating anything: for reading what a lesson wrote."""
+    root = learner_storage_root()
+    return (Path(root) if not is_remote_uri(root) else build_root()) / name
+
+
 def local_output_dir(name: str) -> Path:
     """A local folder for a lesson's plain files (CSV, model.pt), created: inside this learner's
     folder of the course storage when that is a local path, else under the build folder."""
-    root = prepare_learner_storage()
-    path = (Path(root) if not is_remote_uri(root) else build_root()) / name
+    prepare_learner_storage()
+    path = local_output_path(name)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -41,3 +41,9 @@ def test_without_lesson_01_the_run_says_how_to_compare(tmp_path):
     ]
     _history(1, 2).to_csv(tmp_path / "metrics.csv", index=False)
     assert compare.lesson01_history(tmp_path)["images_per_s"].tolist() == [1, 2]
+
+
+def test_looking_for_lesson_01_creates_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "storage"))
+    assert compare.lesson01_history() is None
+    assert not (tmp_path / "storage").exists(), "reading lesson 01's metrics must not create folders"
