@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The course's one entry point. ./build.sh {setup|lab|course|test|clean|lock|export|canary} — see README.md.
+# The course's one entry point. ./build.sh {setup|lab|course|test|clean|docs|benchmarks|lock|export|canary}:
+# README.md says what a learner runs, CONTRIBUTING.md the rest.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -63,6 +64,21 @@ setup_hash() {
 lock_field() {
   # A "# name: value" header line of requirements.lock (python, platform).
   sed -n "s/^# $1: //p" "$LOCK" | head -n 1
+}
+
+docs() {
+  # The documentation site (course_utils/docsite.py, mkdocs.yml): README, docs/ and the executed lessons
+  # (./build.sh course's, else the last ./build.sh test's) into build/site; open build/site/index.html.
+  setup
+  cd "$ROOT"
+  NO_MKDOCS_2_WARNING=1 "$PY" -m course_utils.docsite "$@"
+}
+
+benchmarks() {
+  # docs/benchmarks.md from course_utils/bench/pinned.json (`--check`: exit 1 when it is out of date).
+  # `python -m course_utils.bench record <bench>` re-measures one bench and stores its figures there.
+  [ -x "$PY" ] || die "no venv at $VENV: run ./build.sh setup first"
+  "$PY" -m course_utils.bench docs "$@"
 }
 
 stale_lock() {
@@ -268,7 +284,10 @@ case "$cmd" in
   test) test_all "$@" ;;
   clean) clean "$@" ;;
   lock) lock ;;
+  docs) docs "$@" ;;
+  benchmarks) benchmarks "$@" ;;
   export) export_lessons "$@" ;;
   canary) canary "$@" ;;
-  *) echo "usage: ./build.sh {setup|lab|course|test|clean|lock|export|canary}"; echo "  see README.md"; exit 2 ;;
+  *) echo "usage: ./build.sh {setup|lab|course|test|clean|docs|benchmarks|lock|export|canary}"
+     echo "  learners: README.md (setup, lab, course, test, clean); everything else: CONTRIBUTING.md"; exit 2 ;;
 esac

@@ -98,6 +98,8 @@ def summary_note():
 
 
 def pytest_collection_modifyitems(items) -> None:
+    # The site is built from the lessons this run executed (build/tests/lessons): its test goes last.
+    items.sort(key=lambda item: item.get_closest_marker("site") is not None)
     for item in items:
         for marker in item.iter_markers("path"):
             _paths[marker.args[0]].append(item.nodeid)

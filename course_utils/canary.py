@@ -39,7 +39,7 @@ KEEP_PINNED = frozenset({"torch", "torchvision"})
 # Pins held on purpose, for a reason no Ray release changes: relaxed only with --relax-all, and shown
 # in the table either way. Dependabot's weekly pull request still offers the newer version.
 HELD = {
-    "jsonschema": "4.24+ imports rfc3987-syntax, +1.5-2 s in every Ray process (README design notes); "
+    "jsonschema": "4.24+ imports rfc3987-syntax, +1.5-2 s in every Ray process (docs/design.md); "
     "with it relaxed, test_imports fails",
 }
 TABLE_HEADER = "| step | pinned | canary | result |"

@@ -72,7 +72,7 @@ def configure_data_context(ctx: Any = None) -> Any:
     it lists files in a ``ListFiles`` task that starts a pool of footer-reading actors (32 unless
     ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS`` says otherwise) for every read and kills them after. Made
     for many files in cloud storage; for a few local files those process starts are most of a
-    read's time (README, "Benchmarks": measured side by side with 2.58). ``use_datasource_v2`` is
+    read's time (docs/design.md: measured side by side with 2.58). ``use_datasource_v2`` is
     ``DataContext``'s documented switch (also ``RAY_DATA_USE_DATASOURCE_V2=0``). Returns the context.
     """
     import ray.data

@@ -53,7 +53,7 @@ SMOKE_ENV = {
 # The raylet's own settings (read when a node starts): its "Spilled N MiB, M objects, write throughput ..."
 # line, sent to every driver's output whenever the object store spills (lesson 03's shuffle on a small
 # node), stays in the node's log. start_ray sets it for the local Ray it starts; a host starting a
-# cluster sets it on `ray start` (README), as course_utils.cluster.LocalCluster does.
+# cluster sets it on `ray start` (docs/hosting.md), as course_utils.cluster.LocalCluster does.
 RAYLET_ENV = {"RAY_verbose_spill_logs": "0"}
 
 

@@ -18,7 +18,7 @@ from course_utils import solutions
 from course_utils.config import build_root
 from course_utils.run_course import lessons
 
-# The paths a learner takes (README "Paths a learner takes"); tests mark themselves with
+# The paths a learner takes (CONTRIBUTING.md, "Tests"); tests mark themselves with
 # @pytest.mark.path(NAME) and the end of the test output sums each path up (conftest.py).
 LAPTOP = "laptop: local Ray, local storage, lessons as shipped"
 ANSWERED = "exercises answered (solutions pasted, same kernel)"
@@ -28,6 +28,7 @@ SHARED = "shared storage and cluster: only the learner's own things are removed"
 GPU = "GPU runner, 1 or N GPUs: the lesson plans for 0, 1 and 4 GPUs, gpu.yml's probe"
 GPU_SHAPED = "GPU-shaped: a Ray cluster that declares 1 or 2 GPUs on this CPU machine (lessons 05-06, pools, preflights)"
 BROWSER = "JupyterLab in a browser: ./build.sh lab headless + Chromium (Playwright), every lesson from the UI"
+DOCS_SITE = "the documentation site: ./build.sh docs, every page read in Chromium"
 
 LESSONS = lessons()  # notebooks/NN_*.ipynb in order, as ./build.sh course runs them
 
@@ -91,7 +92,7 @@ ANNOUNCED_STDERR: dict[str, dict[str, str]] = {
 # (Ray's log monitor publishes gcs_server.err). One of them comes from a race in Ray, not from any lesson:
 # the GCS asked to kill an actor whose process had already exited (a pool torn down, a killed model
 # actor), and says so for whichever learner's actor it was. Seen 2026-11-26 in all four notebooks of a
-# workshop at once; README's Troubleshooting explains it. Only the workshop path accepts it, and only it.
+# workshop at once; docs/troubleshooting.md explains it. Only the workshop path accepts it, and only it.
 SHARED_CLUSTER_LINES = (
     re.compile(
         r".*\(gcs_server\) gcs_actor_scheduler\.cc:\d+: Failed to kill actor \w+, return status: Invalid: "
@@ -139,7 +140,7 @@ def alarming_output(nb, name: str, *, shared_cluster: bool = False) -> list[str]
     return found
 
 
-# ------------------------------------------------ red lines of the cells that fail on purpose (issue 20, item 2)
+# ------------------------------------------------ red lines of the cells that fail on purpose
 
 
 @dataclass(frozen=True)

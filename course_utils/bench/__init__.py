@@ -5,6 +5,9 @@ Each subcommand measures the alternatives a lesson compares in one process run a
 one module each (``train``, ``ingest``, ``checkpoint``, ``validation``, ``recovery``, ``inference``, ``startup``, ``workshop``), with a ``main(argv)`` that
 parses its own options (``python -m course_utils.bench ingest --help``). The lessons never import
 this package; it imports the domain modules whose code it measures.
+
+``record <bench>`` runs a bench and stores its figures in ``pinned.json``; ``docs`` writes
+``docs/benchmarks.md`` from that file (``course_utils.bench.report``).
 """
 
 from __future__ import annotations
@@ -41,5 +44,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
+    if list(argv or [])[:1] in (["record"], ["docs"]):  # re-measure and store a bench; write docs/benchmarks.md
+        from course_utils.bench import report
+
+        report.main(list(argv or []))
+        return
     args, rest = parser.parse_known_args(argv)
     importlib.import_module(f"course_utils.bench.{args.command}").main(rest)

@@ -41,13 +41,13 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 
 from course_utils.cluster import _end_group, free_port
 from course_utils.config import REPO_ROOT
 from course_utils.run_course import KERNEL
+from tests.chromium import browser, chromium, nonlocal_requests  # noqa: F401 (browser, chromium: fixtures)
 from tests.notebook_runs import BROWSER as BROWSER_PATH
 from tests.notebook_runs import CLUSTER, LESSONS, S3, SHARED
 from tests.workshop import check_others_left_alone, workshop  # noqa: F401 (workshop: a fixture)
@@ -62,16 +62,7 @@ pytestmark = [
 ]
 
 KERNEL_DISPLAY = "Python (Ray Train course)"
-CHROMIUM = os.environ.get("COURSE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 OUT = REPO_ROOT / "build" / "browser"
-LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 # Lessons whose tqdm bars stay on screen (others close theirs: leave=False).
 TQDM_LESSONS = {"01_single_gpu_baseline", "03_ray_data_integration"}
 RUN_TIMEOUT_S = 1200  # a lesson's run-all (lesson 04 takes 4-5 min on 2 cores)
@@ -93,24 +84,6 @@ class Lab:
 
     def log_tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    """The browser binary, checked before JupyterLab starts."""
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        pytest.fail(
-            "playwright is not installed: ./build.sh setup (it is pinned in requirements.txt)", pytrace=False
-        )
-    if not Path(CHROMIUM).exists():
-        pytest.fail(
-            f"Chromium not found at {CHROMIUM}: install it with `apt-get install -y chromium` "
-            "(Debian/Ubuntu), or set COURSE_CHROMIUM to a Chromium/Chrome binary",
-            pytrace=False,
-        )
-    return CHROMIUM
 
 
 @pytest.fixture(scope="module")
@@ -163,17 +136,6 @@ def lab(chromium, workshop):  # noqa: F811
     for session in server.api("/api/sessions") or []:
         server.api(f"/api/sessions/{session['id']}", method="DELETE")
     _end_group(process, grace_s=60)  # Jupyter shuts its kernels down on SIGTERM
-
-
-@pytest.fixture(scope="module")
-def browser(chromium):
-    from playwright.sync_api import sync_playwright
-
-    playwright = sync_playwright().start()
-    browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
-    yield browser
-    browser.close()
-    playwright.stop()
 
 
 @pytest.fixture(scope="module")
@@ -321,7 +283,7 @@ def _element_screenshot(page, element, path: Path) -> None:
 # While the browser's learner runs lessons 02, 05 and 06, two more learners of the workshop run the same
 # lesson at the same moment, each in a process of their own (as their own kernel would be), through
 # nbmake's runner, against the same cluster, storage and MNIST copy: three learners whose fits need 6
-# slots on the workshop's 4. One JSON line per lesson. (Four at once, one per slot, ran by hand: README.)
+# slots on the workshop's 4. One JSON line per lesson. (Four at once, one per slot, ran by hand: docs/hosting.md.)
 OTHER_LEARNERS = ("learner2", "learner3")
 AT_ONCE = {"02_ray_train_migration", "05_inference", "06_cleanup"}
 LEARNER_SESSION = """
@@ -457,13 +419,7 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report, workshop, summa
     errors = [f"{o['ename']}: {o['evalue']}" for o in outputs if o["output_type"] == "error"]
     pngs = sum("image/png" in o.get("data", {}) for o in outputs)
     widgets = sum("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs)
-    nonlocal_requests = sorted(
-        {
-            u
-            for u in requests
-            if urlparse(u).scheme not in {"data", "blob", "about"} and urlparse(u).hostname not in LOCAL_HOSTS
-        }
-    )
+    left = nonlocal_requests(requests)
     report[lesson.stem] = {
         "seconds_to_run_all": round(ran_s, 1),
         "code_cells": len(cells),
@@ -471,7 +427,7 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report, workshop, summa
         "widget_outputs": widgets,
         "page": state,
         "requests": len(requests),
-        "nonlocal_requests": nonlocal_requests,
+        "nonlocal_requests": left,
         "kernels": [s["kernel"]["name"] for s in sessions],
         "console_errors": console_errors[:20],
         "dialogs_answered": dialogs,
@@ -495,7 +451,7 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report, workshop, summa
     assert not state["widgetErrors"], f"{name}: a widget did not render: {state}"
     if lesson.stem in TQDM_LESSONS:
         assert widgets >= 1 and state["progress"] >= 1, f"{name}: no tqdm progress bar rendered: {state}"
-    assert not nonlocal_requests, f"{name}: requests left the machine: {nonlocal_requests}"
+    assert not left, f"{name}: requests left the machine: {left}"
 
 
 @pytest.mark.path(SHARED)

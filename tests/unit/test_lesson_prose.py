@@ -1,10 +1,11 @@
-"""Lesson prose never states a figure the notebook measures (issue 20, item 1).
+"""Lesson prose never states a figure the notebook measures.
 
 A number with a unit of time, share, speed-up or throughput (s, ms, min, %, ×, images/s, rows/s) in a
 lesson's markdown is wrong on the next machine and the next Ray, unless it is a setting or a constant
 (Ray's defaults, a value the lesson sets) or says where it was measured. So each such figure must sit
 in a sentence that names its source: "default", "constant", "setting", "set", an environment variable
-or a ``key=value`` in backticks, "README", "measured on". The cell that measures prints its own reading.
+or a ``key=value`` in backticks, "README" or a page under ``docs/`` (where the course's measured figures
+live), "measured on". The cell that measures prints its own reading.
 Code (fenced blocks, inline backticks) is not prose.
 """
 
@@ -20,7 +21,7 @@ from tests.notebook_runs import LESSONS
 UNIT = r"(?:ms|s|min|minutes?|seconds?|%|×|x|images/s|img/s|rows/s)"
 FIGURE = re.compile(rf"(?<![\w.,-])≈?\s?\d[\d,.]*(?:\s?[–-]\s?\d[\d,.]*)?\s?{UNIT}(?![\w/])")
 SOURCED = re.compile(
-    r"default|constant|setting|\bsets?\b|README|measured on|`[A-Z][A-Z0-9_]{5,}[^`]*`|`[\w.]+=",
+    r"default|constant|setting|\bsets?\b|README|\bdocs/[\w-]+\.md|measured on|`[A-Z][A-Z0-9_]{5,}[^`]*`|`[\w.]+=",
     re.IGNORECASE,
 )
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(*`])|\n\s*\n|\n\s*(?:[-*]|\d+\.)\s")
@@ -69,7 +70,7 @@ def test_lesson_prose_states_no_measured_figure(lesson):
     )
 
 
-# ------------------------------------------------ one idea at a time (issue 20, item 4)
+# ------------------------------------------------ one idea at a time
 
 MAIN_PATH_WORDS = 1800  # a lesson's prose before its "Going further" part
 CELL_WORDS = 250  # any one markdown cell

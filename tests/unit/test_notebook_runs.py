@@ -41,7 +41,7 @@ def test_alarming_output_flags_tracebacks_and_report_dumps_unless_on_purpose():
     assert alarming_output(nb, "02_ray_train_migration.ipynb") != []  # the same cell elsewhere does not
 
 
-# ------------------------------------------------ red lines of the cells that fail on purpose (issue 20, item 2)
+# ------------------------------------------------ red lines of the cells that fail on purpose
 
 LESSON_04 = "04_fault_tolerance.ipynb"
 RETRIES = "# 03. Automatic retries: a rank crashes mid-epoch"

@@ -145,7 +145,7 @@ def test_the_split_coordinator_and_its_warning():
     assert rayinternals.SPLIT_WARNING in inspect.getsource(module), (
         f"Ray Data's split warning was reworded in Ray {_version()}: {SEE}"
     )
-    assert module.BLOCKED_CLIENT_WARN_TIMEOUT == 30, "the lesson and README say 30 s"
+    assert module.BLOCKED_CLIENT_WARN_TIMEOUT == 30, "lesson 03 and docs/going-further.md say 30 s"
 
 
 def test_the_autoscaling_coordinator_the_elastic_demo_refreshes():

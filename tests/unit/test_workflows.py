@@ -1,4 +1,4 @@
-"""The GitHub workflows lint clean (actionlint) and run exactly the commands the README gives."""
+"""The GitHub workflows lint clean (actionlint) and run exactly the commands README.md and CONTRIBUTING.md give."""
 
 import re
 import shutil
@@ -37,7 +37,7 @@ def _actionlint() -> str:
 
 def test_workflows_lint_clean():
     files = sorted(WORKFLOWS.glob("*.yml"))
-    assert [f.name for f in files] == ["canary.yml", "ci.yml", "gpu.yml"]
+    assert [f.name for f in files] == ["canary.yml", "ci.yml", "gpu.yml", "pages.yml"]
     run = subprocess.run(
         [_actionlint(), "-color=false", *map(str, files)],
         cwd=REPO_ROOT,
@@ -48,18 +48,19 @@ def test_workflows_lint_clean():
     assert run.returncode == 0, f"actionlint found problems:\n{run.stdout}{run.stderr}"
 
 
-def test_every_build_command_in_the_workflows_is_one_the_readme_gives():
-    readme = (REPO_ROOT / "README.md").read_text()
+def test_every_build_command_in_the_workflows_is_one_the_docs_give():
+    docs = (REPO_ROOT / "README.md").read_text() + (REPO_ROOT / "CONTRIBUTING.md").read_text()
     calls = [
         call.strip()
-        for name in ("canary.yml", "ci.yml", "gpu.yml")
+        for name in ("canary.yml", "ci.yml", "gpu.yml", "pages.yml")
         for line in _run_lines(_load(name))
         for call in BUILD_CALL.findall(line)
     ]
     assert "./build.sh test" in calls and "COURSE_TEST_PROFILE=full ./build.sh test" in calls
     assert f"./build.sh test tests/unit {LESSONS_01_02}" in calls and "./build.sh canary" in calls
-    missing = [call for call in calls if call not in readme]
-    assert not missing, f"the workflows run commands README.md does not give: {missing}"
+    assert "./build.sh course" in calls and "./build.sh docs" in calls  # pages.yml: the lessons, then the site
+    missing = [call for call in calls if call not in docs]
+    assert not missing, f"the workflows run commands neither README.md nor CONTRIBUTING.md gives: {missing}"
 
 
 def test_cpu_job_runs_the_tests_on_python_311():
@@ -115,3 +116,15 @@ def test_gpu_job_runs_every_notebook_in_the_full_profile_on_a_gpu_runner():
     # ./build.sh test is what runs the notebooks (nbmake's runner, conftest.py) with a per-notebook
     # and per-cell timeout.
     assert "targets=(tests notebooks)" in build and "--timeout=" in build and "--nbmake-timeout=" in build
+
+
+def test_pages_publishes_the_site_built_from_the_executed_lessons_from_main():
+    pages = _load("pages.yml")
+    assert pages[True]["push"]["branches"] == ["main"]  # yaml reads the key `on` as True
+    assert pages["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    build, deploy = pages["jobs"]["build"], pages["jobs"]["deploy"]
+    assert _run_lines({"jobs": {"build": build}}) == ["./build.sh course", "./build.sh docs"]
+    upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact"))
+    assert upload["with"]["path"] == "build/site"  # mkdocs.yml's site_dir
+    assert deploy["needs"] == "build" and deploy["environment"]["name"] == "github-pages"
+    assert any(s.get("uses", "").startswith("actions/deploy-pages") for s in deploy["steps"])
