@@ -44,7 +44,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
     for name, help_text in COMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
-    if list(argv or [])[:1] in (["record"], ["docs"]):  # re-measure and store a bench; write docs/benchmarks.md
+    if list(argv or [])[:1] in (
+        ["record"],
+        ["docs"],
+    ):  # re-measure and store a bench; write docs/benchmarks.md
         from course_utils.bench import report
 
         report.main(list(argv or []))

@@ -76,7 +76,8 @@ def record(name: str, argv: Sequence[str], path: Path = PINNED) -> dict[str, Any
             "machine": machine(),
             "command": " ".join(["python -m course_utils.bench", name, *argv]),
             "figures": {k: v for k, v in values.items() if isinstance(v, float)},
-            "output": [line for line in lines if line.strip()],
+            # the bench's own ``name: value`` lines, not the Ray log lines its workers sent to the same stream
+            "output": [line.strip() for line in lines if parse_bench(line)],
         }
     )
     entry.pop("table", None)  # a table transcribed from an older run no longer matches the figures
@@ -136,8 +137,10 @@ def render(pinned: dict[str, Any]) -> str:
             out.append("|" + "---|" * len(table["columns"]))
             out += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in table["rows"]]
             out.append("")
-        if bench.get("output"):
-            out += ["What the bench printed:", "", "```text", *bench["output"], "```", ""]
+        shown = {f"{key}:" for key in bench["figures"]}
+        words = [line for line in bench.get("output", []) if line.split(" ", 1)[0] not in shown]
+        if words:  # what the bench printed that is not a number: a verdict, a layout, a device
+            out += ["The bench also printed:", "", "```text", *words, "```", ""]
         if bench.get("reading"):
             out += [bench["reading"], ""]
     text = "\n".join(line.rstrip() for line in out)

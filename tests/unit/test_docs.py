@@ -60,7 +60,9 @@ def test_readme_gives_the_learning_path_and_links_every_document():
     text = README.read_text()
     lessons = sorted(p.name for p in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     rows = [line for line in text.splitlines() if line.startswith("| [")]
-    assert [re.search(r"\((notebooks/[^)]+)\)", row)[1] for row in rows] == [f"notebooks/{n}" for n in lessons]
+    assert [re.search(r"\((notebooks/[^)]+)\)", row)[1] for row in rows] == [
+        f"notebooks/{n}" for n in lessons
+    ]
     for row in rows:
         what, minutes = (cell.strip() for cell in row.strip("|").split("|")[1:3])
         assert len(words(what)) <= 20, f"learning path: {what!r} is over 20 words"
@@ -105,7 +107,9 @@ def test_every_link_resolves(document: Path):
 
 
 @pytest.mark.parametrize(
-    "document", [d for d in DOCUMENTS if d.name != "CHANGELOG.md"], ids=lambda p: str(p.relative_to(REPO_ROOT))
+    "document",
+    [d for d in DOCUMENTS if d.name != "CHANGELOG.md"],
+    ids=lambda p: str(p.relative_to(REPO_ROOT)),
 )
 def test_no_document_but_the_changelog_is_a_development_log(document: Path):
     """Issue numbers, commit hashes and the dates of work sessions belong in CHANGELOG.md: a reader
@@ -168,7 +172,9 @@ def test_record_stores_a_bench_s_figures_output_and_machine(tmp_path, monkeypatc
     pinned = tmp_path / "pinned.json"
     pinned.write_text(json.dumps({**report.load(), "benches": {"train": {"ray": "0", "figures": {}}}}))
     fake = tmp_path / "fake.py"
-    fake.write_text("print('warming up')\nprint('plain_images_per_s: 222.5')\nprint('ratio: 0.640')\n")
+    fake.write_text(
+        "print('\\x1b[36m(RayTrainWorker pid=1)\\x1b[0m warming up')\nprint('plain_images_per_s: 222.5')\nprint('best_layout: 2x1')\nprint('ratio: 0.640')\n"
+    )
 
     class Popen(subprocess.Popen):
         def __init__(self, command, **kwargs):
@@ -177,12 +183,16 @@ def test_record_stores_a_bench_s_figures_output_and_machine(tmp_path, monkeypatc
     monkeypatch.setattr(report.subprocess, "Popen", Popen)
     entry = report.record("train", ["--epochs", "2"], pinned)
     assert entry["figures"] == {"plain_images_per_s": 222.5, "ratio": 0.64}
-    assert entry["output"] == ["warming up", "plain_images_per_s: 222.5", "ratio: 0.640"]
+    assert entry["output"] == [
+        "plain_images_per_s: 222.5",
+        "best_layout: 2x1",
+        "ratio: 0.640",
+    ]  # no Ray log line
     assert entry["command"] == "python -m course_utils.bench train --epochs 2"
     assert "CPU cores" in entry["machine"] and DATE.fullmatch(entry["measured"])
     assert json.loads(pinned.read_text())["benches"]["train"] == entry
     page = report.render(json.loads(pinned.read_text()))
-    assert "What the bench printed:" in page and "| `ratio` | 0.64 |" in page
+    assert "| `ratio` | 0.64 |" in page and "The bench also printed:" in page and "best_layout: 2x1" in page
 
 
 def test_build_sh_usage_points_to_the_right_documents():

@@ -58,7 +58,7 @@ def test_every_build_command_in_the_workflows_is_one_the_docs_give():
     ]
     assert "./build.sh test" in calls and "COURSE_TEST_PROFILE=full ./build.sh test" in calls
     assert f"./build.sh test tests/unit {LESSONS_01_02}" in calls and "./build.sh canary" in calls
-    assert "./build.sh course" in calls and "./build.sh docs" in calls  # pages.yml: the lessons, then the site
+    assert "./build.sh course" in calls and "./build.sh docs" in calls  # pages.yml
     missing = [call for call in calls if call not in docs]
     assert not missing, f"the workflows run commands neither README.md nor CONTRIBUTING.md gives: {missing}"
 
