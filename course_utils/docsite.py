@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.config import REPO_ROOT, build_root
+from course_utils.solutions import ANSWERED_HEADING
 
 PAGES = ("README.md", "CONTRIBUTING.md", "CHANGELOG.md")  # the repository's own pages, beside docs/
 LESSON = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
-ANSWERED_HEADING = "## Exercises answered with the published solutions"  # course_utils.solutions
 LESSON_LINK = re.compile(r"\]\((\d\d_[a-z0-9_]+)\.ipynb(#[^)]*)?\)")
 HEADING = re.compile(r"^#{1,6} .*$", re.M)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

@@ -21,6 +21,7 @@ PLACEHOLDER = re.compile(r"^(?P<indent>[ \t]*)(?P<name>\w+) = \.\.\.[ \t]+# YOUR
 _HEADING = re.compile(r"^## Exercise (?P<id>\d\d\.\d+)\b", re.M)
 _HINT = re.compile(r"^\*\*Hint:\*\*(?P<hint>.*?)(?:\n\s*\n|\Z)", re.M | re.S)
 _CODE = re.compile(r"```python\n(?P<code>.*?)```", re.S)
+ANSWERED_HEADING = "## Exercises answered with the published solutions (test run)"  # docsite drops from here
 ANSWERED_TAG = "answered-exercise"
 
 
@@ -124,9 +125,7 @@ def answered_notebook(path: str | Path) -> dict[str, Any]:
             f"{Path(path).name} has exercises {ids} but notebooks/solutions/{lesson}_*.md solves {list(published)}."
         )
     answered = copy.deepcopy(nb)
-    answered.cells.append(
-        nbformat.v4.new_markdown_cell("## Exercises answered with the published solutions (test run)")
-    )
+    answered.cells.append(nbformat.v4.new_markdown_cell(ANSWERED_HEADING))
     for index, group in cells:
         source = answer(_source(nb.cells[index]), [published[i] for i in group])
         cell = nbformat.v4.new_code_cell(source)
