@@ -283,7 +283,7 @@ def _element_screenshot(page, element, path: Path) -> None:
 # While the browser's learner runs lessons 02, 05 and 06, two more learners of the workshop run the same
 # lesson at the same moment, each in a process of their own (as their own kernel would be), through
 # nbmake's runner, against the same cluster, storage and MNIST copy: three learners whose fits need 6
-# slots on the workshop's 4. One JSON line per lesson. (Four at once, one per slot, ran by hand: docs/hosting.md.)
+# slots on the workshop's 4. One JSON line per lesson. (Four at once, one per slot, ran by hand: CHANGELOG.md.)
 OTHER_LEARNERS = ("learner2", "learner3")
 AT_ONCE = {"02_ray_train_migration", "05_inference", "06_cleanup"}
 LEARNER_SESSION = """
