@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.config import REPO_ROOT, build_root
+from course_utils.run_course import lessons
 from course_utils.solutions import ANSWERED_HEADING
 
 PAGES = ("README.md", "CONTRIBUTING.md", "CHANGELOG.md")  # the repository's own pages, beside docs/
-LESSON = re.compile(r"^\d\d_[a-z0-9_]+\.ipynb$")
 LESSON_LINK = re.compile(r"\]\((\d\d_[a-z0-9_]+)\.ipynb(#[^)]*)?\)")
 HEADING = re.compile(r"^#{1,6} .*$", re.M)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -38,24 +38,20 @@ class SiteError(RuntimeError):
     """The site cannot be built: says what is missing and the command that makes it."""
 
 
-def lesson_names(root: Path = REPO_ROOT) -> list[str]:
-    """``notebooks/NN_*.ipynb``, in order."""
-    return sorted(p.name for p in (root / "notebooks").iterdir() if LESSON.match(p.name))
-
-
 def executed_lessons(root: Path = REPO_ROOT) -> dict[str, Path]:
     """Each lesson's newest executed copy: ``./build.sh course``'s or the test run's.
 
     Raises ``SiteError`` naming the lessons that have none."""
     build = root / "build"
+    names = [lesson.name for lesson in lessons(root=root)]
     found: dict[str, Path] = {}
-    for name in lesson_names(root):
+    for name in names:
         copies = [
             d / name for d in (build / "notebooks", build / "tests" / "lessons") if (d / name).is_file()
         ]
         if copies:
             found[name] = max(copies, key=lambda p: p.stat().st_mtime)
-    missing = [n for n in lesson_names(root) if n not in found]
+    missing = [n for n in names if n not in found]
     if missing:
         raise SiteError(
             f"no executed copy of {', '.join(missing)}: the site shows each lesson with its outputs. "

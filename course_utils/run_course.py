@@ -23,9 +23,10 @@ from course_utils.config import REPO_ROOT, build_root, profile_name
 KERNEL = "ray-train-course"
 
 
-def lessons(selected: list[str] | None = None) -> list[Path]:
-    """The course notebooks in order, optionally only those whose name starts with a selector."""
-    found = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+def lessons(selected: list[str] | None = None, root: Path = REPO_ROOT) -> list[Path]:
+    """The course notebooks in order (``root``'s: the repository's), optionally only those whose name
+    starts with a selector."""
+    found = sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if selected:
         found = [p for p in found if any(p.name.startswith(s) for s in selected)]
         if not found:

@@ -41,16 +41,13 @@ def print_lines(values: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse the subcommand and hand the rest of the command line to its benchmark."""
     parser = argparse.ArgumentParser(prog="python -m course_utils.bench", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
-    for name, help_text in COMMANDS.items():
-        sub.add_parser(name, help=help_text, add_help=False)
-    if list(argv or [])[:1] in (
-        ["record"],
-        ["docs"],
-    ):  # re-measure and store a bench; write docs/benchmarks.md
+    if list(argv or [])[:1] in (["record"], ["docs"]):  # re-measure and store a bench; write the page
         from course_utils.bench import report
 
         report.main(list(argv or []))
         return
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+    for name, help_text in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
     args, rest = parser.parse_known_args(argv)
     importlib.import_module(f"course_utils.bench.{args.command}").main(rest)
