@@ -185,12 +185,14 @@ def _idx_count(path: Path) -> int:
 
 
 def mnist(train: bool, root: str | Path | None = None, transform=TRANSFORM) -> datasets.MNIST:
-    """torchvision's MNIST dataset from the prepared folder (never downloads)."""
+    """torchvision's MNIST dataset from the prepared folder.
+
+    A node that lacks the folder (another machine of a cluster: the driver prepared it on its own
+    disk) prepares it there first, with ``ensure_mnist`` under its file lock, quietly.
+    """
     root = Path(root) if root is not None else data_root()
     if not _have_raw(root):
-        raise FileNotFoundError(
-            f"MNIST is not prepared under {root}. Call course_utils.data.ensure_mnist() first."
-        )
+        ensure_mnist(root, verbose=False)
     return datasets.MNIST(str(root), train=train, download=False, transform=transform)
 
 

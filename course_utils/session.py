@@ -320,7 +320,8 @@ def _connect(address: str, runtime_env: dict[str, Any], init_kwargs: dict[str, A
 
     try:
         return ray.init(address=address, runtime_env=runtime_env, **init_kwargs)
-    except ConnectionError as err:
+    # Refused by the cluster: a ConnectionError; no token found here at all: Ray's AuthenticationError.
+    except (ConnectionError, ray.exceptions.AuthenticationError) as err:
         if not _refused_for_token(err):
             raise
         token, where = auth_token()

@@ -356,7 +356,11 @@ def train_workers(run_name: str | None = None) -> list[dict[str, Any]]:
 
 
 def worker_stacks(workers: list[dict[str, Any]], dashboard_url: str | None = None) -> list[WorkerStack]:
-    """Dump every worker in ``workers`` (``train_workers()`` rows), ordered by rank."""
+    """Dump every worker in ``workers`` (``train_workers()`` rows), ordered by rank. A worker on another
+    machine is read through the dashboard (``dashboard_url``, by default the one ``start_ray`` found)."""
+    from course_utils import session
+
+    dashboard_url = dashboard_url or session.dashboard_url()
     stacks = []
     for w in workers:
         threads, source = dump(w["pid"], w.get("node_id"), w.get("node_ip"), dashboard_url)

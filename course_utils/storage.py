@@ -92,7 +92,11 @@ def ray_storage() -> tuple[str, pafs.FileSystem | None]:
     """
     path, fs = _storage_for(storage_root())  # checks the shared URI (e.g. that it names a bucket)
     if fs is None:
-        return prepare_learner_storage(), None  # created locally, with its ownership record
+        mine = prepare_learner_storage()  # created locally, with its ownership record
+        from course_utils.shared_disk import check_storage_shared
+
+        check_storage_shared(mine)  # on a cluster of several machines: does every one see it?
+        return mine, None
     from course_utils.config import learner_folder
 
     return f"{path.rstrip('/')}/{learner_folder()}", fs

@@ -36,9 +36,11 @@ def test_ensure_mnist_is_idempotent(tmp_path, monkeypatch):
     assert len(calls) == 1, "the second call finds the data and does not try again"
 
 
-def test_mnist_before_prepare_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="ensure_mnist"):
-        data.mnist(True, tmp_path)
+def test_mnist_on_a_node_without_the_copy_prepares_it_there(tmp_path, monkeypatch):
+    # A training worker on another machine of a cluster: the driver prepared MNIST on its own disk only.
+    monkeypatch.setattr(data, "_try_download", lambda root, timeout_s: False)
+    ds = data.mnist(False, tmp_path / "node-disk")
+    assert len(ds) == 1000 and (tmp_path / "node-disk" / "MNIST" / data.OFFLINE_MARKER).exists()
 
 
 def test_transform_normalises(mnist_root):

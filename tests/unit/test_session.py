@@ -242,6 +242,25 @@ def test_a_driver_refused_for_want_of_a_token_is_told_what_to_set(token_sources,
     assert "export RAY_AUTH_MODE=token" in message and "ray get-auth-token" in message
 
 
+def test_a_driver_with_token_auth_on_but_no_token_is_told_what_to_set(token_sources, monkeypatch):
+    """A host whose home has no token (a worker host in tests/hosts_tier): Ray raises its own
+    AuthenticationError before it connects; the course says what to set instead."""
+    import ray
+
+    def no_token(**kwargs):
+        raise ray.exceptions.AuthenticationError(
+            "Token authentication is enabled but no authentication token was found."
+        )
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setattr(ray, "init", no_token)
+    with pytest.raises(ConnectionError) as err:
+        session._connect("10.0.0.1:6379", {}, {})
+    assert "uses token authentication" in str(err.value) and "no token (RAY_AUTH_TOKEN unset" in str(
+        err.value
+    )
+
+
 def test_a_driver_that_cannot_connect_for_another_reason_keeps_rays_error(monkeypatch):
     import ray
 
