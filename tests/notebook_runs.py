@@ -93,7 +93,8 @@ ANNOUNCED_STDERR: dict[str, dict[str, str]] = {
 # (Ray's log monitor publishes gcs_server.err). One of them comes from a race in Ray, not from any lesson:
 # the GCS asked to kill an actor whose process had already exited (a pool torn down, a killed model
 # actor), and says so for whichever learner's actor it was. Seen 2026-11-26 in all four notebooks of a
-# workshop at once; docs/troubleshooting.md explains it. Only the workshop path accepts it, and only it.
+# workshop at once, and on the hosts tier's three machines; docs/troubleshooting.md explains it. Only the
+# paths on a cluster the driver joined (the workshop, the hosts tier) accept it, and only it.
 SHARED_CLUSTER_LINES = (
     re.compile(
         r".*\(gcs_server\) gcs_actor_scheduler\.cc:\d+: Failed to kill actor \w+, return status: Invalid: "

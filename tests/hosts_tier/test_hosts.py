@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hosts import Hosts, unavailable
+from tests.hosts import VENV_BIN, Hosts, unavailable
 from tests.notebook_runs import CLUSTER, HOSTS, LESSONS, S3
 
 pytestmark = [pytest.mark.integration, pytest.mark.hosts, pytest.mark.path(HOSTS)]
@@ -38,7 +38,8 @@ RUN_LESSON = textwrap.dedent(
         "error": error_text(result)[-3000:],
         "failed_cell": failed,
         "failed_first_line": result.nb.cells[failed].source.splitlines()[0] if failed is not None else None,
-        "alarming": alarming_output(result.nb, Path(sys.argv[1]).name),
+        # a cluster the driver joined: the GCS's kill-race line reaches every driver (SHARED_CLUSTER_LINES)
+        "alarming": alarming_output(result.nb, Path(sys.argv[1]).name, shared_cluster=True),
     }))
     """
 )
@@ -47,13 +48,11 @@ RUN_LESSON = textwrap.dedent(
 WHERE = textwrap.dedent(
     """
     import json, ray
-    from ray.util.state import list_actors, list_jobs, list_tasks
+    from ray.util.state import list_actors, list_tasks
     from course_utils import runstate
     ray.init(logging_level="ERROR", log_to_driver=False)
     runs = runstate.fetch_runs("http://127.0.0.1:8265")["train_runs"]  # the head host's dashboard
     print("RESULT " + json.dumps({
-        "jobs": [{"job_id": j.job_id, "start": j.start_time} for j in list_jobs(raise_on_missing_output=False)
-                 if j.type == "DRIVER"],
         "actors": [{"job_id": a.job_id, "class": a.class_name, "node": a.node_id}
                    for a in list_actors(limit=10000, detail=True, raise_on_missing_output=False)],
         "tasks": [{"job_id": t.job_id, "name": t.name, "node": t.node_id}
@@ -75,6 +74,24 @@ def hosts():
         yield cluster
 
 
+# The driver jobs the cluster has had, and this query's own (Ray's job list gives drivers no start time).
+JOBS = textwrap.dedent(
+    """
+    import json, ray
+    from ray.util.state import list_jobs
+    ray.init(logging_level="ERROR", log_to_driver=False)
+    print("RESULT " + json.dumps({"jobs": [j.job_id for j in list_jobs(raise_on_missing_output=False)],
+                                  "self": ray.get_runtime_context().get_job_id()}))
+    """
+)
+
+
+def driver_jobs(hosts: Hosts, env: dict[str, str]) -> set[str]:
+    """The ids of every driver job so far, this query's own left out."""
+    out = hosts.python(JOBS, env, 300)
+    return set(out["jobs"]) - {out["self"]}
+
+
 def run_on_head(hosts: Hosts, lesson: Path, env: dict[str, str]) -> tuple[dict, float, float]:
     """Run ``lesson`` on the head host; its result, and its start and end by the wall clock."""
     started = time.time()
@@ -87,10 +104,11 @@ def run_on_head(hosts: Hosts, lesson: Path, env: dict[str, str]) -> tuple[dict, 
 @pytest.mark.path(S3)
 def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
     env = hosts.learner_env(COURSE_LEARNER="hostlearner")
-    windows, times = {}, []
+    jobs, times = {}, []
     for lesson in TIER_LESSONS:
+        before = driver_jobs(hosts, env)
         out, started, ended = run_on_head(hosts, lesson, env)
-        windows[lesson.stem[:2]] = (started, ended)
+        jobs[lesson.stem[:2]] = driver_jobs(hosts, env) - before  # the lesson's kernel's job
         times.append(f"{lesson.stem[:2]} {ended - started:.0f} s")
         assert out["error"] == "", (
             f"{lesson.name} on three hosts failed in cell {out['failed_cell']} ({out['failed_first_line']!r}):\n"
@@ -101,8 +119,7 @@ def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
     summary_note("hosts tier, lessons on 3 hosts (S3 storage, 1+2+2 slots): " + ", ".join(times))
 
     def job_of(lesson: str) -> set[str]:
-        start, end = windows[lesson]
-        return {j["job_id"] for j in where["jobs"] if start * 1000 <= int(j["start"]) <= end * 1000}
+        return jobs[lesson]
 
     def hosts_of(rows: list[dict], lesson: str, keep) -> list[str]:
         jobs = job_of(lesson)
@@ -123,7 +140,7 @@ def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
         f"read tasks {sorted(set(reads_03))} ({len(reads_03)}); lesson 05's pool actors {pool_05}"
     )
     summary_note(f"hosts tier, where things ran: {placed}")
-    assert len(job_of("02")) == 1 and len(job_of("05")) == 1, f"one driver job per lesson: {where['jobs']}"
+    assert all(len(ids) == 1 for ids in jobs.values()), f"one driver job per lesson: {jobs}"
     assert any(h.startswith("worker") for h in train_02), f"lesson 02 ran no rank on a worker host: {placed}"
     assert any(h.startswith("worker") for h in train_03), f"lesson 03 ran no rank on a worker host: {placed}"
     assert any(h.startswith("worker") for h in reads_03), (
@@ -208,3 +225,56 @@ def test_a_folder_every_host_sees_carries_a_fit(hosts):
     )
     assert {r["ip"] for r in ranks} <= {h.ip for h in hosts.hosts} and len(ranks) == 2
     assert any(r["ip"] != hosts.head.ip for r in ranks), f"a rank on a worker host: {ranks}"
+
+
+READ_BACK = textwrap.dedent(
+    """
+    import json
+    from course_utils import storage
+    from course_utils.history import metric_history
+    result = storage.result_from_run("lesson02-job")  # Result.from_path on the run's folder in storage
+    print("RESULT " + json.dumps({
+        "epochs": metric_history(result)["epoch"].tolist(), "checkpoint": result.checkpoint.path,
+        "best": result.get_best_checkpoint("accuracy", "max").path,
+    }))
+    """
+)
+
+
+def test_lesson_02s_loop_submitted_as_a_job_and_read_back(hosts, summary_note):
+    """docs/going-further.md's `ray job submit` of examples/lesson02_job.py, then its Result from S3."""
+    env = hosts.learner_env(COURSE_LEARNER="jobber")
+    job_env = {
+        k: env[k] for k in ("COURSE_STORAGE", "COURSE_S3_ENDPOINT", "COURSE_PROFILE", "COURSE_LEARNER")
+    }
+    job_env.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")})
+    started = time.monotonic()
+    submitted = hosts.head.run(
+        [
+            str(VENV_BIN / "ray"),
+            "job",
+            "submit",
+            "--address",
+            "http://127.0.0.1:8265",
+            "--working-dir",
+            ".",
+            "--runtime-env-json",
+            json.dumps({"env_vars": job_env}),
+            "--",
+            "python",
+            "examples/lesson02_job.py",
+        ],
+        env,
+        900,
+    )
+    took = time.monotonic() - started
+    assert submitted.returncode == 0, (
+        f"{submitted.stdout[-4000:]}\n{submitted.stderr[-4000:]}\n{hosts.logs()}"
+    )
+    assert "job done: run lesson02-job" in submitted.stdout, submitted.stdout[-3000:]
+    assert "succeeded" in submitted.stdout, submitted.stdout[-2000:]
+    back = hosts.python(READ_BACK, env, 300)
+    summary_note(f"hosts tier, lesson 02's loop as a job: submitted, followed and finished in {took:.0f} s")
+    assert back["epochs"] == [0, 1, 2]
+    assert back["checkpoint"].startswith(f"{hosts.bucket}/course/course-jobber/lesson02-job/checkpoint_")
+    assert back["best"].startswith(f"{hosts.bucket}/course/course-jobber/lesson02-job/checkpoint_")

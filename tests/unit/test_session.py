@@ -221,7 +221,7 @@ def test_a_403_about_something_else_is_not_an_auth_error(token_sources, monkeypa
 
 def test_a_driver_refused_for_want_of_a_token_is_told_what_to_set(token_sources, monkeypatch):
     """Ray 2.60 wraps the refusal: ConnectionError from a RuntimeError whose text carries the
-    AuthenticationError's traceback (as seen on a LocalCluster, tests/integration/test_cluster.py)."""
+    AuthenticationError's traceback (as seen on a LocalCluster)."""
     import ray
 
     def refuse(**kwargs):
