@@ -92,6 +92,38 @@ def driver_jobs(hosts: Hosts, env: dict[str, str]) -> set[str]:
     return set(out["jobs"]) - {out["self"]}
 
 
+TEAMMATE_OBJECT = "course-teammate/lesson02-resnet18/result.json"
+# "put <path>" writes a small object; "list <prefix>" prints every file under it, relative to it.
+S3_FILES = textwrap.dedent(
+    """
+    import json, sys
+    import pyarrow.fs as pafs
+    from course_utils import storage
+    fs, _ = storage.filesystem_and_root()
+    what, path = sys.argv[1:]
+    if what == "put":
+        fs.create_dir(path.rsplit("/", 1)[0])
+        with fs.open_output_stream(path) as f:
+            f.write(b'{"teammate": "my run"}')
+        print("RESULT []")
+    else:
+        found = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+        print("RESULT " + json.dumps(sorted(f.path[len(path) + 1:] for f in found if f.type == pafs.FileType.File)))
+    """
+)
+
+
+def left_on(host) -> list[str]:
+    """Files on ``host``'s own disk: its private folders, less Ray's own session folder (``$TMPDIR/ray``)."""
+    return [
+        f"{folder.name}/{name}"
+        for folder in host.private_folders()
+        if folder.name != ".ray"
+        for name in host.files(folder)
+        if not (folder == host.tmp and name.split("/")[0] == "ray")
+    ]
+
+
 def run_on_head(hosts: Hosts, lesson: Path, env: dict[str, str]) -> tuple[dict, float, float]:
     """Run ``lesson`` on the head host; its result, and its start and end by the wall clock."""
     started = time.time()
@@ -105,6 +137,7 @@ def run_on_head(hosts: Hosts, lesson: Path, env: dict[str, str]) -> tuple[dict, 
 def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
     env = hosts.learner_env(COURSE_LEARNER="hostlearner")
     jobs, times = {}, []
+    hosts.python(S3_FILES, env, 120, args=["put", f"{hosts.bucket}/course/{TEAMMATE_OBJECT}"])
     for lesson in TIER_LESSONS:
         before = driver_jobs(hosts, env)
         out, started, ended = run_on_head(hosts, lesson, env)
@@ -117,6 +150,19 @@ def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
         assert not out["alarming"], f"{lesson.name} on three hosts reads as 'it broke': {out['alarming']}"
     where = hosts.python(WHERE, env, 300)
     summary_note("hosts tier, lessons on 3 hosts (S3 storage, 1+2+2 slots): " + ", ".join(times))
+    # After lesson 06: what is left on each worker host's own disk, and under the shared S3 prefix.
+    left = {h.name: left_on(h) for h in hosts.worker_hosts}
+    in_s3 = hosts.python(S3_FILES, env, 120, args=["list", f"{hosts.bucket}/course"])
+    tops = {name: sorted({"/".join(f.split("/")[:3]) for f in files}) for name, files in left.items()}
+    summary_note(f"hosts tier, left after lesson 06: on the worker hosts {tops}; in S3 {in_s3}")
+    assert not [f for files in left.values() for f in files if "course-ckpt-" in f], (
+        f"checkpoint temp folders: {left}"
+    )
+    assert TEAMMATE_OBJECT in in_s3, f"lesson 06 removed a teammate's object: {in_s3}"
+    mine = [f for f in in_s3 if f.startswith("course-hostlearner/")]
+    assert mine == ["course-hostlearner/.course-owner.json"], (
+        f"the learner's S3 folder after lesson 06: {mine}"
+    )
 
     def job_of(lesson: str) -> set[str]:
         return jobs[lesson]
