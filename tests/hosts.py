@@ -456,6 +456,19 @@ class Hosts:
         if missing:
             raise RuntimeError(f"hosts {missing} did not join the cluster at {self.address}:\n{self.logs()}")
 
+    def bring_back(self, host: Host, timeout_s: float = 240.0) -> None:
+        """A lost worker host back as a fresh machine: whatever of it still runs ends, its link comes up,
+        its Ray starts again (an empty private disk) and joins; every host's node id is read again."""
+        for _ in range(3):
+            if not host.kill_everything():
+                break
+            time.sleep(0.5)
+        if host.process is not None:
+            host.process.wait(timeout=30)
+        _ip("link", "set", host.veth, "up")
+        self._start_node(host, "worker", timeout_s)
+        self.wait_for_nodes(len(self.hosts), timeout_s)
+
     def host_of(self, node_id: str) -> str:
         """The host name of a Ray node id (``?`` for a node this tier did not start)."""
         return next((h.name for h in self.hosts if h.node_id == node_id), "?")

@@ -10,12 +10,15 @@ storage cell in one sentence; a folder every host sees (standing for an NFS moun
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from course_utils.config import REPO_ROOT
 from tests.hosts import VENV_BIN, Hosts, unavailable
 from tests.notebook_runs import CLUSTER, HOSTS, LESSONS, S3
 
@@ -74,7 +77,8 @@ def hosts():
         yield cluster
 
 
-# The driver jobs the cluster has had, and this query's own (Ray's job list gives drivers no start time).
+# The driver jobs the cluster has had, and this query's own (Ray's job list gives drivers no start time, so a
+# lesson's job is the one that appeared while it ran).
 JOBS = textwrap.dedent(
     """
     import json, ray
@@ -86,10 +90,10 @@ JOBS = textwrap.dedent(
 )
 
 
-def driver_jobs(hosts: Hosts, env: dict[str, str]) -> set[str]:
-    """The ids of every driver job so far, this query's own left out."""
+def driver_jobs(hosts: Hosts, env: dict[str, str]) -> tuple[set[str], str]:
+    """The ids of every driver job so far (this query's own included), and this query's own."""
     out = hosts.python(JOBS, env, 300)
-    return set(out["jobs"]) - {out["self"]}
+    return set(out["jobs"]), out["self"]
 
 
 TEAMMATE_OBJECT = "course-teammate/lesson02-resnet18/result.json"
@@ -139,9 +143,10 @@ def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
     jobs, times = {}, []
     hosts.python(S3_FILES, env, 120, args=["put", f"{hosts.bucket}/course/{TEAMMATE_OBJECT}"])
     for lesson in TIER_LESSONS:
-        before = driver_jobs(hosts, env)
+        before, _ = driver_jobs(hosts, env)
         out, started, ended = run_on_head(hosts, lesson, env)
-        jobs[lesson.stem[:2]] = driver_jobs(hosts, env) - before  # the lesson's kernel's job
+        after, query = driver_jobs(hosts, env)
+        jobs[lesson.stem[:2]] = after - before - {query}  # the lesson's kernel's job
         times.append(f"{lesson.stem[:2]} {ended - started:.0f} s")
         assert out["error"] == "", (
             f"{lesson.name} on three hosts failed in cell {out['failed_cell']} ({out['failed_first_line']!r}):\n"
@@ -324,3 +329,92 @@ def test_lesson_02s_loop_submitted_as_a_job_and_read_back(hosts, summary_note):
     assert back["epochs"] == [0, 1, 2]
     assert back["checkpoint"].startswith(f"{hosts.bucket}/course/course-jobber/lesson02-job/checkpoint_")
     assert back["best"].startswith(f"{hosts.bucket}/course/course-jobber/lesson02-job/checkpoint_")
+
+
+# Lesson 04's mid-epoch loop on 2 workers, a checkpoint every 6 steps. A watcher thread waits for the first
+# checkpoint, names the worker host a rank runs on ("LOSE <ip>": the test then takes that host away), and
+# says when Ray declared its node dead ("NOTICED <wall clock>"). The fit goes on from the last checkpoint.
+LOST_HOST_FIT = textwrap.dedent(
+    """
+    import json, sys, threading, time
+    import ray
+    from ray.util.state import list_actors
+    from course_utils import checkpoints, config, resumable, session, storage
+
+    name, head_ip = sys.argv[1:]
+    session.start_ray(verbose=False)
+    job = ray.get_runtime_context().get_job_id()
+    tiny = config.SMOKE.with_(epochs=2, train_size=2048, test_size=200, batch_size=64)
+    trainer = resumable.make_trainer_mid_epoch(
+        name, tiny, num_workers=2, max_failures=1, checkpoint_every=6, checkpoint_uploads=["sync"]
+    )
+    noticed = {}
+
+    def watch():
+        while not storage.reported_checkpoints(name):
+            time.sleep(0.3)
+        ranks = list_actors(filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE"),
+                                     ("job_id", "=", job)], raise_on_missing_output=False)
+        ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+        ip = next(ips[a.node_id] for a in ranks if ips[a.node_id] != head_ip)
+        print(f"LOSE {ip}", flush=True)
+        while any(n["Alive"] for n in ray.nodes() if n["NodeManagerAddress"] == ip):
+            time.sleep(0.2)
+        noticed["at"] = time.time()
+
+    threading.Thread(target=watch, daemon=True).start()
+    result = trainer.fit()
+    state = checkpoints.load_state(result.checkpoint)
+    print("RESULT " + json.dumps({
+        "attempts": state["attempts"],
+        "same_indices": state["seen"] == resumable.expected_indices(tiny.train_size, world=2, epochs=2),
+        "noticed_at": noticed.get("at"),
+    }))
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["every process killed", "link cut"])
+def test_a_worker_host_lost_mid_epoch(hosts, how, summary_note):
+    env = hosts.learner_env(COURSE_LEARNER="lost")
+    name = "lost-host-" + how.split()[-1]
+    driver = subprocess.Popen(
+        hosts.head.argv([sys.executable, "-c", LOST_HOST_FIT, name, hosts.head.ip]),
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines, lost, lost_at = [], None, None
+    for line in driver.stdout:
+        lines.append(line)
+        if line.startswith("LOSE ") and lost is None:
+            lost = next(h for h in hosts.worker_hosts if h.ip == line.split()[1])
+            lost_at = time.time()
+            if how == "link cut":
+                lost.cut_link()
+            else:
+                lost.kill_everything()
+    driver.wait(timeout=900)
+    out = "".join(lines)
+    result = [line for line in lines if line.startswith("RESULT ")]
+    try:
+        assert driver.returncode == 0 and result, f"the fit did not survive the lost host:\n{out[-5000:]}"
+        got = json.loads(result[-1][len("RESULT ") :])
+    finally:
+        if lost is not None:
+            hosts.bring_back(lost)
+    attempts = got["attempts"]
+    to_notice = got["noticed_at"] - lost_at
+    to_step = attempts[-1]["first_step_at"] - lost_at
+    summary_note(
+        f"hosts tier, a worker host lost mid-epoch ({how}): Ray declared it dead {to_notice:.1f} s later, "
+        f"the first step after resuming came {to_step:.1f} s after the loss, at epoch "
+        f"{attempts[-1]['start_epoch']} step {attempts[-1]['start_step']}"
+    )
+    assert lost is not None, f"no rank ran on a worker host:\n{out[-3000:]}"
+    assert len(attempts) == 2 and (attempts[1]["start_epoch"], attempts[1]["start_step"]) > (0, 0), attempts
+    assert attempts[1]["world_size"] == 2
+    assert got["same_indices"], "the resumed run trained on the indices an uninterrupted run trains on"
