@@ -1,15 +1,16 @@
 """Fire-once fault injection for the fault-tolerance lesson and its tests.
 
-A fault is a plain dict (it travels in ``train_loop_config``) naming a marker file in shared
-storage. The fault fires only while the marker does not exist and creates it just before
-firing: restarted workers are new processes and remember nothing, but the file survives,
-so the fault fires exactly once per marker.
+A fault is a plain dict (it travels in ``train_loop_config``) naming a marker file, and the
+pyarrow filesystem it lives on when that is not this machine's disk (``Markers``: the course
+storage, which every node of a cluster sees). The fault fires only while the marker does not
+exist and creates it just before firing: restarted workers are new processes, maybe on another
+machine, and remember nothing, but the file survives, so the fault fires exactly once per marker.
 
 A loop wraps its batches in ``inject(loader, spec, rank=..., epoch=...)``, so the fault fires
 before the chosen step. Three ways to fail: ``how="raise"`` (a Python error in the loop),
 ``how="kill"`` (the worker SIGKILLs itself) and ``how="external"`` (the worker only announces
 where it is; a driver-side ``ExternalKiller`` finds its pid through Ray's state API and SIGKILLs
-it from outside).
+it from outside, on the worker's own machine).
 """
 
 from __future__ import annotations
@@ -20,11 +21,65 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+import pyarrow.fs as pafs
 
 HOWS = ("raise", "kill", "external")
 # How long a worker at an "external" fault point waits for the ExternalKiller before going on.
 EXTERNAL_HOLD_S = 60.0
+
+
+class Marker(NamedTuple):
+    """One marker file: its path on ``filesystem`` (pyarrow's; it pickles, credentials and all)."""
+
+    path: str
+    filesystem: pafs.FileSystem
+
+
+class Markers:
+    """A folder of fault markers in this learner's course storage (a local folder, a shared mount or
+    S3): every node of a cluster sees it, so a fault that fired on one machine stays fired when the
+    restarted rank runs on another. ``markers / "name"`` is a ``Marker`` for ``crash_once``."""
+
+    def __init__(self, name: str):
+        from course_utils import storage
+
+        self.filesystem, root = storage.learner_filesystem_and_root()
+        self.path = f"{root.rstrip('/')}/{name}"
+
+    def __truediv__(self, name: str) -> Marker:
+        return Marker(f"{self.path}/{name}", self.filesystem)
+
+    def clear(self) -> Markers:
+        """Remove the markers an earlier run left (the folder is created if missing); returns self."""
+        self.filesystem.create_dir(self.path, recursive=True)
+        self.filesystem.delete_dir_contents(self.path, missing_dir_ok=True)
+        return self
+
+
+def _read(spec: dict[str, Any]) -> str | None:
+    """The marker's text, or None while it does not exist."""
+    fs = spec.get("filesystem")
+    if fs is None:
+        path = Path(spec["marker"])
+        return path.read_text() if path.exists() else None
+    if fs.get_file_info(spec["marker"]).type == pafs.FileType.NotFound:
+        return None
+    with fs.open_input_stream(spec["marker"]) as f:
+        return f.read().decode()
+
+
+def _write(spec: dict[str, Any], text: str) -> None:
+    fs = spec.get("filesystem")
+    if fs is None:
+        path = Path(spec["marker"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return
+    fs.create_dir(spec["marker"].rsplit("/", 1)[0], recursive=True)
+    with fs.open_output_stream(spec["marker"]) as f:
+        f.write(text.encode())
 
 
 def settle_s() -> float:
@@ -43,7 +98,7 @@ class InjectedFault(RuntimeError):
 
 
 def crash_once(
-    marker: str | Path,
+    marker: str | Path | Marker,
     *,
     rank: int = 1,
     epoch: int = 1,
@@ -57,6 +112,7 @@ def crash_once(
     ``how="raise"`` raises ``InjectedFault`` (a Python error in the loop);
     ``how="kill"`` SIGKILLs the worker's own process (a machine or OOM-killer style death);
     ``how="external"`` only writes the marker (with the worker's pid) for an ``ExternalKiller``.
+    ``marker``: a ``Marker`` (``Markers(...) / "name"``, seen by every node) or a local path.
     ``during="checkpoint"`` fires while rank ``rank`` writes the checkpoint after ``step``
     instead of before the batch. ``delay_s`` waits before failing: Ray Train registers a
     reported checkpoint only when its controller next polls the workers, so a crash within
@@ -66,8 +122,13 @@ def crash_once(
         raise ValueError(f"how must be one of {', '.join(map(repr, HOWS))}, not {how!r}")
     if during not in ("step", "checkpoint"):
         raise ValueError(f"during must be 'step' or 'checkpoint', not {during!r}")
+    where = (
+        {"marker": marker.path, "filesystem": marker.filesystem}
+        if isinstance(marker, Marker)
+        else {"marker": str(Path(marker).resolve())}
+    )
     return {
-        "marker": str(Path(marker).resolve()),
+        **where,
         "rank": rank,
         "epoch": epoch,
         "step": step,
@@ -79,7 +140,7 @@ def crash_once(
 
 def fired(spec: dict[str, Any] | None) -> bool:
     """True once the fault described by ``spec`` has fired."""
-    return bool(spec) and Path(spec["marker"]).exists()
+    return bool(spec) and _read(spec) is not None
 
 
 def maybe_fail(
@@ -99,14 +160,12 @@ def maybe_fail(
         return
     if spec.get("during", "step") != during:
         return
-    marker = Path(spec["marker"])
-    if marker.exists():
+    if _read(spec) is not None:
         return
-    marker.parent.mkdir(parents=True, exist_ok=True)
     if spec.get("delay_s"):
         time.sleep(spec["delay_s"])
     if spec["how"] == "external":
-        marker.write_text(f"{os.getpid()}\n")  # the ExternalKiller on the driver takes it from here
+        _write(spec, f"{os.getpid()}\n")  # the ExternalKiller on the driver takes it from here
         print(
             f"[fault] rank {rank} (pid {os.getpid()}) at epoch {epoch}, step {step}: waiting to be killed",
             flush=True,
@@ -117,7 +176,7 @@ def maybe_fail(
             f"[fault] rank {rank}: nobody killed pid {os.getpid()} within {hold:g} s; continuing", flush=True
         )
         return
-    marker.write_text(f"fired on rank {rank} at epoch {epoch} step {step} (pid {os.getpid()})\n")
+    _write(spec, f"fired on rank {rank} at epoch {epoch} step {step} (pid {os.getpid()})\n")
     where = f"epoch {epoch}, step {step}" + (
         " while writing its checkpoint" if during == "checkpoint" else ""
     )
@@ -145,11 +204,11 @@ def inject(
         yield batch
 
 
-def train_worker_pids() -> dict[int, str]:
-    """{pid: actor_id} of the alive Ray Train worker actors, from Ray's state API."""
+def train_worker_pids() -> dict[int, tuple[str, str | None]]:
+    """{pid: (actor_id, node_id)} of the alive Ray Train worker actors, from Ray's state API."""
     from course_utils.session import alive_actors
 
-    return {a["pid"]: a["actor_id"] for a in alive_actors("RayTrainWorker") if a["pid"]}
+    return {a["pid"]: (a["actor_id"], a["node_id"]) for a in alive_actors("RayTrainWorker") if a["pid"]}
 
 
 def _process_title(pid: int) -> str:
@@ -160,14 +219,41 @@ def _process_title(pid: int) -> str:
         return ""
 
 
+def sigkill_train_worker(pid: int) -> None:
+    """SIGKILL ``pid`` on this machine if it is a Ray Train worker (its process title says so); never
+    another process: a pid names a process on one machine only."""
+    title = _process_title(pid)
+    if not title.startswith("ray::RayTrainWorker"):
+        raise RuntimeError(f"pid {pid} is not a Ray Train worker process on this machine (title {title!r}).")
+    os.kill(pid, signal.SIGKILL)
+
+
+def kill_on_its_node(pid: int, node_id: str | None) -> str:
+    """SIGKILL Ray Train worker ``pid`` on its own node: from here when it runs on the driver's node
+    (or the node is unknown), else from a zero-CPU task pinned to that node, as the machine's own
+    OOM killer would. Says where the kill was sent from."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    if node_id is None or node_id == here:
+        sigkill_train_worker(pid)
+        return "the driver's node"
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(num_cpus=0, max_retries=0)(sigkill_train_worker)
+    pinned = NodeAffinitySchedulingStrategy(node_id, soft=False)
+    ray.get(task.options(scheduling_strategy=pinned).remote(pid), timeout=120)
+    return f"a task on its node ({node_id[:8]})"
+
+
 class ExternalKiller:
     """Kill a Ray Train worker from outside, the way a lost machine or the OOM killer would.
 
     Runs a daemon thread on the driver. It waits for the marker of an ``how="external"`` fault
     spec (written by the worker when it reaches the chosen epoch and step), checks with Ray's
-    state API that the pid in it is an alive ``RayTrainWorker`` actor, and sends it SIGKILL.
-    Fires once: a restarted run finds the marker and the thread already done. Local pids only
-    (a single-node cluster, as in the course's smoke profile).
+    state API that the pid in it is an alive ``RayTrainWorker`` actor, and has it SIGKILLed on its
+    own node (``kill_on_its_node``). Fires once: a restarted run finds the marker and the thread
+    already done.
     """
 
     def __init__(self, spec: dict[str, Any], timeout_s: float = 600.0, poll_s: float = 0.1):
@@ -187,16 +273,15 @@ class ExternalKiller:
         return self
 
     def _run(self) -> None:
-        marker = Path(self.spec["marker"])
         deadline = time.monotonic() + self.timeout_s
         try:
-            while not (marker.exists() and marker.read_text().strip()):
+            while not (_read(self.spec) or "").strip():
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"No worker reached the kill point within {self.timeout_s:.0f} s.")
                 time.sleep(self.poll_s)
-            pid = int(marker.read_text().split()[0])
+            pid = int((_read(self.spec) or "").split()[0])
             try:
-                workers = train_worker_pids()  # Ray's state API: which pids are Ray Train workers
+                workers = train_worker_pids()  # Ray's state API: which pids are Ray Train workers, where
                 self.found_with = "Ray's state API"
             except Exception as exc:  # the dashboard (which serves the state API) may be down
                 print(
@@ -204,20 +289,16 @@ class ExternalKiller:
                     flush=True,
                 )
                 title = _process_title(pid)
-                workers = {pid: "unknown"} if title.startswith("ray::RayTrainWorker") else {}
+                workers = {pid: ("unknown", None)} if title.startswith("ray::RayTrainWorker") else {}
                 self.found_with = f"the process title {title!r}"
             if pid not in workers:
                 raise RuntimeError(f"pid {pid} is not an alive RayTrainWorker (alive: {sorted(workers)}).")
-            if not _process_title(pid).startswith("ray::RayTrainWorker"):  # never kill another process
-                raise RuntimeError(
-                    f"pid {pid} is a RayTrainWorker on another machine of the cluster, not on this one: "
-                    "a SIGKILL from here cannot reach it."
-                )
-            os.kill(pid, signal.SIGKILL)
-            self.pid, self.actor_id, self.killed_at = pid, workers[pid], time.time()
+            actor_id, node_id = workers[pid]
+            sent_from = kill_on_its_node(pid, node_id)
+            self.pid, self.actor_id, self.killed_at = pid, actor_id, time.time()
             print(
-                f"[driver] SIGKILL sent to RayTrainWorker pid {pid} (actor {workers[pid][:12]}, found with "
-                f"{self.found_with}) of rank {self.spec['rank']}",
+                f"[driver] SIGKILL sent to RayTrainWorker pid {pid} (actor {actor_id[:12]}, found with "
+                f"{self.found_with}) of rank {self.spec['rank']}, from {sent_from}",
                 flush=True,
             )
         except BaseException as exc:  # reported through .error / join(); a thread must not die silently

@@ -21,26 +21,36 @@ def show_source(obj) -> None:
         print(source)
 
 
-def with_printed_lines(fn):
-    """``fn``, changed to return ``(its result, the lines it printed)`` instead of printing them.
+def returning_output(fn):
+    """``fn``, changed to return ``(its result, the lines it printed, the files it wrote)``.
 
-    For a Ray task: its prints reach the notebook through Ray's log forwarding, a moment after
-    ``ray.get`` has returned, so in JupyterLab they can land under whichever cell runs next.
-    Returned with the result, the cell prints them itself, where they belong. If ``fn`` fails,
-    what it printed goes to the worker's stdout (its log file, forwarded) before the error.
+    For a Ray task, which runs on whichever machine of the cluster has a free slot. Its prints
+    reach the notebook through Ray's log forwarding, a moment after ``ray.get`` has returned, so in
+    JupyterLab they can land under whichever cell runs next: returned with the result, the cell
+    prints them itself, where they belong. The files it writes would stay on that machine's disk:
+    ``fn`` is given ``out_dir=`` a fresh temporary folder there, and they come back as
+    ``{name: bytes}`` (the folder is removed). If ``fn`` fails, what it printed goes to the
+    worker's stdout (its log file, forwarded) before the error.
     """
     import contextlib
     import io
+    import shutil
+    import tempfile
+    from pathlib import Path
 
     def run(*args, **kwargs):
         printed = io.StringIO()
+        folder = Path(tempfile.mkdtemp(prefix="course-task-"))
         try:
             with contextlib.redirect_stdout(printed):
-                result = fn(*args, **kwargs)
+                result = fn(*args, out_dir=str(folder), **kwargs)
+            files = {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
         except BaseException:
             print(printed.getvalue(), end="", flush=True)
             raise
-        return result, printed.getvalue()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return result, printed.getvalue(), files
 
     run.__name__ = run.__qualname__ = fn.__name__  # the task's name in the dashboard and logs
     run.__doc__ = fn.__doc__

@@ -110,15 +110,15 @@ def test_extra_nodes_advertise_no_gpus_and_start_with_the_requested_resources(cl
     shutil.rmtree(node.temp_dir)
 
 
-def test_external_killer_never_kills_a_process_that_is_not_a_local_train_worker(tmp_path, monkeypatch):
+def test_external_killer_never_kills_a_process_that_is_not_a_train_worker(tmp_path, monkeypatch):
     spec = faults.crash_once(tmp_path / "kill", how="external")
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (tmp_path / "kill").write_text(f"{other.pid}\n")
-        # The state API lists that pid as a worker (as it would for a worker on another machine).
-        monkeypatch.setattr(faults, "train_worker_pids", lambda: {other.pid: "actor-on-another-node"})
+        # The state API lists that pid as a worker (a pid that names another process here).
+        monkeypatch.setattr(faults, "train_worker_pids", lambda: {other.pid: ("actor-elsewhere", None)})
         killer = faults.ExternalKiller(spec, timeout_s=5, poll_s=0.05).start()
-        with pytest.raises(RuntimeError, match="on another machine"):
+        with pytest.raises(RuntimeError, match="not a Ray Train worker process on this machine"):
             killer.join(10)
         assert other.poll() is None and not killer.fired, "the unrelated process is still alive"
     finally:

@@ -35,6 +35,30 @@ def test_in_loop_fault_fires_once_at_its_step(tmp_path):
     faults.maybe_fail(spec, rank=1, epoch=1, step=3)  # a restarted worker passes: fires once
 
 
+@pytest.mark.parametrize("where", ["local folder", "s3"])
+def test_markers_in_the_course_storage_fire_once_for_every_process(where, storage, request):
+    """A marker is read and written through the storage's filesystem, which travels pickled (as
+    Ray ships ``train_loop_config``): a rank restarted on another machine sees the fault as fired."""
+    import pickle
+
+    if where == "s3":
+        request.getfixturevalue("s3_storage")
+    markers = faults.Markers("lesson04-markers").clear()
+    spec = pickle.loads(pickle.dumps(faults.crash_once(markers / "crash", rank=1, epoch=1, step=0)))
+    assert spec["marker"].endswith("/lesson04-markers/crash") and not faults.fired(spec)
+    with pytest.raises(faults.InjectedFault):
+        faults.maybe_fail(spec, rank=1, epoch=1, step=0)
+    elsewhere = pickle.loads(pickle.dumps(spec))  # the restarted rank's copy of the config
+    faults.maybe_fail(elsewhere, rank=1, epoch=1, step=0)  # fired already: passes
+    assert faults.fired(faults.crash_once(markers / "crash"))
+    fs, beside = markers.filesystem, markers.path.rsplit("/", 1)[0] + "/my-notes.txt"
+    with fs.open_output_stream(beside) as f:
+        f.write(b"the learner's own file")
+    markers.clear()
+    assert not faults.fired(spec), "clear() removes this lesson's markers"
+    assert fs.get_file_info(beside).type == runs.pafs.FileType.File, "and nothing beside them"
+
+
 def test_a_list_of_faults_fires_each_once(tmp_path):
     specs = [faults.crash_once(tmp_path / "a", epoch=1), faults.crash_once(tmp_path / "b", epoch=2)]
     with pytest.raises(faults.InjectedFault):

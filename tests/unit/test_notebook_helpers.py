@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 from course_utils import run_course
 from course_utils.notebook import show_source
@@ -44,23 +45,30 @@ def test_committed_notebooks_have_no_outputs_and_the_course_kernel():
                 assert not cell["outputs"] and cell["execution_count"] is None, f"{path.name} has outputs"
 
 
-def test_with_printed_lines_returns_what_fn_printed(capsys):
+def test_returning_output_returns_what_fn_printed_and_wrote(capsys):
     import pytest
 
-    from course_utils.notebook import with_printed_lines
+    from course_utils.notebook import returning_output
 
-    def talk(n):
+    folders = []
+
+    def talk(n, out_dir):
+        folders.append(Path(out_dir))
         print(f"epoch {n}")
+        (Path(out_dir) / "model.pt").write_bytes(b"weights")
         return n * 2
 
-    run = with_printed_lines(talk)
-    assert run(3) == (6, "epoch 3\n") and run.__name__ == "talk"
+    run = returning_output(talk)
+    assert run(3) == (6, "epoch 3\n", {"model.pt": b"weights"}) and run.__name__ == "talk"
     assert capsys.readouterr().out == ""  # nothing printed on the way: the caller prints it
+    assert not folders[0].exists(), "the task's temporary folder is gone: nothing stays on its machine"
 
-    def fail():
+    def fail(out_dir):
+        folders.append(Path(out_dir))
         print("got this far")
         raise ValueError("boom")
 
     with pytest.raises(ValueError):
-        with_printed_lines(fail)()
+        returning_output(fail)()
     assert capsys.readouterr().out == "got this far\n"  # a failure keeps what was printed
+    assert not folders[1].exists()
