@@ -33,7 +33,17 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PINNED = Path(__file__).resolve().parent / "bench" / "pinned.json"
 # Every bench (course_utils.bench.COMMANDS; this module imports only the standard library).
-BENCHES = ("train", "ingest", "checkpoint", "validation", "recovery", "inference", "startup", "workshop")
+BENCHES = (
+    "train",
+    "ingest",
+    "checkpoint",
+    "validation",
+    "recovery",
+    "inference",
+    "startup",
+    "workshop",
+    "hosts",
+)
 # They must come from this machine's disk (pip's config caps them there): never relaxed.
 KEEP_PINNED = frozenset({"torch", "torchvision"})
 # Pins held on purpose, for a reason no Ray release changes: relaxed only with --relax-all, and shown

@@ -517,3 +517,163 @@ def url_ok(url: str) -> bool:
         return True
     except OSError:
         return False
+
+
+# A worker host lost in the middle of a fit like lesson 04's: its mid-epoch loop on 2 workers, a checkpoint
+# every 6 steps, FailureConfig(max_failures=1). A watcher thread in the driver waits for the first
+# checkpoint, names the worker host a rank runs on ("LOSE <ip>": the caller then takes that host away) and
+# notes when Ray declared its node dead. The fit goes on from the last checkpoint on the hosts left.
+LOSSES = ("every process killed", "link cut")
+LOST_HOST_FIT = """
+import json, sys, threading, time
+import ray
+from ray.util.state import list_actors
+from course_utils import checkpoints, config, resumable, session, storage
+
+name, head_ip = sys.argv[1:]
+session.start_ray(verbose=False)
+job = ray.get_runtime_context().get_job_id()
+tiny = config.SMOKE.with_(epochs=2, train_size=2048, test_size=200, batch_size=64)
+trainer = resumable.make_trainer_mid_epoch(
+    name, tiny, num_workers=2, max_failures=1, checkpoint_every=6, checkpoint_uploads=["sync"]
+)
+noticed = {}
+
+def watch():
+    while not storage.reported_checkpoints(name):
+        time.sleep(0.3)
+    ranks = list_actors(filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE"),
+                                 ("job_id", "=", job)], raise_on_missing_output=False)
+    ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    ip = next(ips[a.node_id] for a in ranks if ips[a.node_id] != head_ip)
+    print(f"LOSE {ip}", flush=True)
+    while any(n["Alive"] for n in ray.nodes() if n["NodeManagerAddress"] == ip):
+        time.sleep(0.2)
+    noticed["at"] = time.time()
+
+threading.Thread(target=watch, daemon=True).start()
+result = trainer.fit()
+state = checkpoints.load_state(result.checkpoint)
+print("RESULT " + json.dumps({
+    "attempts": state["attempts"],
+    "same_indices": state["seen"] == resumable.expected_indices(tiny.train_size, world=2, epochs=2),
+    "noticed_at": noticed.get("at"),
+}))
+"""
+
+
+@dataclass
+class LostHost:
+    """What a fit saw when a worker host went: the host, seconds from the loss to Ray declaring its
+    node dead and to the first training step after resuming, the attempts and the indices check."""
+
+    host: str
+    how: str
+    noticed_s: float
+    first_step_s: float
+    attempts: list[dict[str, Any]]
+    same_indices: bool
+
+
+def lose_a_worker_host(hosts: Hosts, how: str, name: str, timeout_s: float = 900.0) -> LostHost:
+    """Run LOST_HOST_FIT from the head host and take away the worker host a rank runs on, ``how`` one
+    of LOSSES; the host comes back afterwards (a fresh machine). Raises with the driver's output when
+    the fit did not survive."""
+    if how not in LOSSES:
+        raise ValueError(f"how must be one of {LOSSES}, not {how!r}")
+    driver = subprocess.Popen(
+        hosts.head.argv([sys.executable, "-c", LOST_HOST_FIT, name, hosts.head.ip]),
+        env=hosts.learner_env(COURSE_LEARNER="lost"),
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert driver.stdout is not None
+    lines: list[str] = []
+    lost: Host | None = None
+    lost_at = 0.0
+    try:
+        for line in driver.stdout:
+            lines.append(line)
+            if line.startswith("LOSE ") and lost is None:
+                lost = next(h for h in hosts.worker_hosts if h.ip == line.split()[1])
+                lost_at = time.time()
+                if how == "link cut":
+                    lost.cut_link()
+                else:
+                    lost.kill_everything()
+        driver.wait(timeout=timeout_s)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+        if lost is not None:
+            hosts.bring_back(lost)
+    out = "".join(lines)
+    result = [line for line in lines if line.startswith("RESULT ")]
+    if lost is None:
+        raise RuntimeError(f"no rank ran on a worker host, so none was lost:\n{out[-3000:]}")
+    if driver.returncode != 0 or not result:
+        raise RuntimeError(f"the fit did not survive losing {lost.name} ({how}):\n{out[-5000:]}")
+    got = json.loads(result[-1][len("RESULT ") :])
+    return LostHost(
+        host=lost.name,
+        how=how,
+        noticed_s=float("nan") if got["noticed_at"] is None else got["noticed_at"] - lost_at,
+        first_step_s=got["attempts"][-1]["first_step_at"] - lost_at,
+        attempts=got["attempts"],
+        same_indices=got["same_indices"],
+    )
+
+
+def submit_lesson02_job(hosts: Hosts, env: dict[str, str], timeout_s: float = 900.0):
+    """docs/going-further.md's ``ray job submit`` of examples/lesson02_job.py from the head host, followed
+    to its end (``ray job submit`` waits and prints the job's logs); the finished process and seconds."""
+    job_env = {
+        k: env[k] for k in ("COURSE_STORAGE", "COURSE_S3_ENDPOINT", "COURSE_PROFILE", "COURSE_LEARNER")
+    }
+    job_env.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION")})
+    command = [
+        RAY,
+        "job",
+        "submit",
+        "--address",
+        "http://127.0.0.1:8265",
+        "--working-dir",
+        ".",
+        "--runtime-env-json",
+        json.dumps({"env_vars": job_env}),
+        "--",
+        "python",
+        "examples/lesson02_job.py",
+    ]
+    started = time.monotonic()
+    done = hosts.head.run(command, env, timeout_s)
+    return done, time.monotonic() - started
+
+
+# A driver on the head host whose COURSE_STORAGE is a folder on the head's disk only: it connects, then
+# asks for the storage as lesson 02's RunConfig cell does; the course's sentence, and the seconds that took.
+LOCAL_STORAGE_DRIVER = """
+import json, time
+from course_utils import session, storage
+from course_utils.config import CourseConfigError
+session.start_ray(verbose=False)
+started = time.perf_counter()
+try:
+    storage.ray_storage()
+    said = None
+except CourseConfigError as err:
+    said = str(err)
+print("RESULT " + json.dumps({"said": said, "seconds": time.perf_counter() - started}))
+"""
+
+
+def refuse_local_storage(hosts: Hosts) -> tuple[str | None, float]:
+    """What ``storage.ray_storage()`` says to a driver on the head host with a local COURSE_STORAGE, and
+    how long deciding took (a probe file and a zero-CPU task on each other node)."""
+    folder = hosts.head.tmp / "local-storage"
+    out = hosts.python(LOCAL_STORAGE_DRIVER, hosts.learner_env(storage=str(folder), COURSE_LEARNER="probe"))
+    return out["said"], out["seconds"]

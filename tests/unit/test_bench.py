@@ -25,6 +25,7 @@ OPTIONS = {
     "inference": "--pool-size",
     "startup": "--rounds",
     "workshop": "--counts",
+    "hosts": "Time a local storage refused",
 }
 
 

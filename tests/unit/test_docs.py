@@ -154,6 +154,20 @@ def test_the_checks_catch_what_they_look_for():
     assert slug("Where a fit's start-up goes (`bench startup`)") == "where-a-fits-start-up-goes-bench-startup"
 
 
+def test_lesson_04s_lost_machine_figures_are_the_recorded_ones():
+    """Lesson 04 quotes the hosts bench (a figure no lesson cell can measure: it needs three
+    machines); the seconds it states are pinned.json's, rounded, so a re-record updates the lesson."""
+    figures = report.load()["benches"]["hosts"]["figures"]
+    cells = json.loads((REPO_ROOT / "notebooks" / "04_fault_tolerance.ipynb").read_text())["cells"]
+    text = next("".join(c["source"]) for c in cells if "benchmarks.md#hosts" in "".join(c["source"]))
+    sentence = text[text.index("A real machine that goes mid-fit") :].split("\n\n")[0]
+    stated = [int(s) for s in re.findall(r"(\d+) s\b", sentence)]
+    recorded = [
+        round(figures[k]) for k in ("kill_to_first_step_s", "link_cut_to_first_step_s", "link_cut_noticed_s")
+    ]
+    assert stated == recorded, f"lesson 04 says {stated} s, pinned.json has {recorded} s: update the sentence"
+
+
 def test_benchmarks_page_is_generated_from_pinned_json():
     assert (DOCS / "benchmarks.md").read_text() == report.render(report.load()), (
         "docs/benchmarks.md differs from course_utils/bench/pinned.json: run ./build.sh benchmarks "
