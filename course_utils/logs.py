@@ -60,9 +60,13 @@ RAY_INTERNAL_MESSAGES = rayinternals.TRAIN_HELPER_MESSAGES
 # Deprecation warnings about a library's own calls, not the learner's: Train V2's state tracking (on for
 # lesson 04's run table) reads ExecutionOptions.exclude_resources in the controller at every fit, and
 # torchdata's StatefulDataLoader calls torch.set_vital in every worker that builds one (lesson 04).
+# Ray Data's iter_torch_batches hands torch read-only arrays from the object store and silences torch's
+# warning about them with warnings.catch_warnings(), which is not thread-safe: with its prefetch thread
+# running, the warning escaped once in a lesson 03 rank on the hosts tier (Ray Data never writes to them).
 LIBRARY_INTERNAL_WARNINGS = (
     r"`ExecutionOptions\.exclude_resources` is deprecated",
     r"'set_vital' is deprecated",
+    r"The given NumPy array is not writable",
 )
 
 

@@ -159,7 +159,9 @@ def test_lesson_04s_lost_machine_figures_are_the_recorded_ones():
     machines); the seconds it states are pinned.json's, rounded, so a re-record updates the lesson."""
     figures = report.load()["benches"]["hosts"]["figures"]
     cells = json.loads((REPO_ROOT / "notebooks" / "04_fault_tolerance.ipynb").read_text())["cells"]
-    text = next("".join(c["source"]) for c in cells if "benchmarks.md#hosts" in "".join(c["source"]))
+    text = next(
+        "".join(c["source"]) for c in cells if "`hosts` bench in `docs/benchmarks.md`" in "".join(c["source"])
+    )
     sentence = text[text.index("A real machine that goes mid-fit") :].split("\n\n")[0]
     stated = [int(s) for s in re.findall(r"(\d+) s\b", sentence)]
     recorded = [

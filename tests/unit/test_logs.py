@@ -159,3 +159,19 @@ def test_ray_datas_info_lines_and_progress_bar_notice_stay_out_of_a_lesson(monke
         "blocked waiting on other clients for more than 30s"
     )
     assert [r.getMessage() for r in records] == ["blocked waiting on other clients for more than 30s"]
+
+
+def test_a_worker_hears_no_library_internal_warning_and_every_other_one(monkeypatch):
+    """The warnings LIBRARY_INTERNAL_WARNINGS names are dropped in a worker; any other still shows."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as heard:
+        warnings.simplefilter("always")
+        _hooked(monkeypatch, None)
+        torch_says = (
+            "The given NumPy array is not writable, and PyTorch does not support non-writable tensors."
+        )
+        warnings.warn(torch_says, stacklevel=1)
+        warnings.warn("'set_vital' is deprecated, please do not call", stacklevel=1)
+        warnings.warn("a warning about the learner's own code", stacklevel=1)
+    assert [str(w.message) for w in heard] == ["a warning about the learner's own code"]
