@@ -1,8 +1,8 @@
 """Fire-once fault injection for the fault-tolerance lesson and its tests.
 
-A fault is a plain dict (it travels in ``train_loop_config``) naming a marker file, and the
-pyarrow filesystem it lives on when that is not this machine's disk (``Markers``: the course
-storage, which every node of a cluster sees). The fault fires only while the marker does not
+A fault is a plain dict (it travels in ``train_loop_config``) naming a marker file and the
+pyarrow filesystem it lives on (``Markers``: the course storage, which every node of a cluster
+sees; a plain path: this machine's disk). The fault fires only while the marker does not
 exist and creates it just before firing: restarted workers are new processes, maybe on another
 machine, and remember nothing, but the file survives, so the fault fires exactly once per marker.
 
@@ -60,10 +60,7 @@ class Markers:
 
 def _read(spec: dict[str, Any]) -> str | None:
     """The marker's text, or None while it does not exist."""
-    fs = spec.get("filesystem")
-    if fs is None:
-        path = Path(spec["marker"])
-        return path.read_text() if path.exists() else None
+    fs = spec["filesystem"]
     if fs.get_file_info(spec["marker"]).type == pafs.FileType.NotFound:
         return None
     with fs.open_input_stream(spec["marker"]) as f:
@@ -71,12 +68,7 @@ def _read(spec: dict[str, Any]) -> str | None:
 
 
 def _write(spec: dict[str, Any], text: str) -> None:
-    fs = spec.get("filesystem")
-    if fs is None:
-        path = Path(spec["marker"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        return
+    fs = spec["filesystem"]
     fs.create_dir(spec["marker"].rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(spec["marker"]) as f:
         f.write(text.encode())
@@ -122,13 +114,11 @@ def crash_once(
         raise ValueError(f"how must be one of {', '.join(map(repr, HOWS))}, not {how!r}")
     if during not in ("step", "checkpoint"):
         raise ValueError(f"during must be 'step' or 'checkpoint', not {during!r}")
-    where = (
-        {"marker": marker.path, "filesystem": marker.filesystem}
-        if isinstance(marker, Marker)
-        else {"marker": str(Path(marker).resolve())}
-    )
+    if not isinstance(marker, Marker):
+        marker = Marker(str(Path(marker).resolve()), pafs.LocalFileSystem())
     return {
-        **where,
+        "marker": marker.path,
+        "filesystem": marker.filesystem,
         "rank": rank,
         "epoch": epoch,
         "step": step,
@@ -275,11 +265,11 @@ class ExternalKiller:
     def _run(self) -> None:
         deadline = time.monotonic() + self.timeout_s
         try:
-            while not (_read(self.spec) or "").strip():
+            while not (said := (_read(self.spec) or "").strip()):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"No worker reached the kill point within {self.timeout_s:.0f} s.")
                 time.sleep(self.poll_s)
-            pid = int((_read(self.spec) or "").split()[0])
+            pid = int(said.split()[0])
             try:
                 workers = train_worker_pids()  # Ray's state API: which pids are Ray Train workers, where
                 self.found_with = "Ray's state API"

@@ -220,10 +220,10 @@ def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
     # Lesson 04 killed a rank on a worker host (from a task there) and read a hung rank's stack there
     # through the dashboard: its self-check asserts both happened, this says where.
     assert killed_04 & workers, f"lesson 04's SIGKILLed rank ran on no worker host: {placed}"
+    assert hung_04 & workers, f"lesson 04's hung ranks ran on no worker host: {placed}"
     # Lesson 02's utilization read every host's metrics port while the fit ran.
     summary_note(f"hosts tier, lesson 02's utilization: {said['02']}")
     assert any(f"of {len(hosts.hosts)} node(s)" in line for line in said["02"]), said["02"]
-    assert hung_04 & workers, f"lesson 04's hung ranks ran on no worker host: {placed}"
     # Rank 0 writes the checkpoints; lesson 05 found lesson 02's run in S3 and served its best checkpoint.
     assert ranks_02.get(0) in workers, (
         f"lesson 02's rank 0 (the checkpoint writer) on a worker host: {placed}"
