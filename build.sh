@@ -10,7 +10,12 @@ case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
 PY="$VENV/bin/python"
 KERNEL="ray-train-course"
 LOCK="$ROOT/requirements.lock"
+# What a learner needs (the lessons, lab, course) and what only maintainers need (tests, the site,
+# linting); requirements.lock pins both.
+REQUIREMENTS="$ROOT/requirements.txt"
+DEV_REQUIREMENTS="$ROOT/requirements-dev.txt"
 STAMP="$VENV/.setup-stamp"
+DEV_STAMP="$VENV/.setup-dev-stamp"
 BUILD="$ROOT/build"
 export COURSE_PROFILE="${COURSE_PROFILE:-auto}"
 
@@ -58,7 +63,13 @@ no_python() {
 }
 
 setup_hash() {
-  cat "$ROOT/requirements.txt" "$LOCK" "$ROOT/pyproject.toml" 2>/dev/null | sha256sum | cut -d' ' -f1
+  # What a learner's venv is made from: requirements-dev.txt is not in it (a dev pin bumped alone
+  # changes requirements.lock too, and that redoes setup, which then has nothing to install).
+  cat "$REQUIREMENTS" "$LOCK" "$ROOT/pyproject.toml" 2>/dev/null | sha256sum | cut -d' ' -f1
+}
+
+dev_hash() {
+  cat "$REQUIREMENTS" "$DEV_REQUIREMENTS" "$LOCK" 2>/dev/null | sha256sum | cut -d' ' -f1
 }
 
 lock_field() {
@@ -69,7 +80,7 @@ lock_field() {
 docs() {
   # The documentation site (course_utils/docsite.py, mkdocs.yml): README, docs/ and the executed lessons
   # (./build.sh course's, else the last ./build.sh test's) into build/site; open build/site/index.html.
-  setup
+  setup_dev
   cd "$ROOT"
   NO_MKDOCS_2_WARNING=1 "$PY" -m course_utils.docsite "$@"
 }
@@ -82,41 +93,47 @@ benchmarks() {
 }
 
 stale_lock() {
-  # The direct pins requirements.lock disagrees with (a bump, e.g. by Dependabot, without ./build.sh lock).
-  "$PY" - "$ROOT/requirements.txt" "$LOCK" <<'PY'
-import re, sys
+  # The direct pins requirements.lock disagrees with (a bump, e.g. by Dependabot, without ./build.sh lock),
+  # of requirements.txt and requirements-dev.txt both: one lock covers the two.
+  "$PY" - "$LOCK" "$REQUIREMENTS" "$DEV_REQUIREMENTS" <<'PY'
+import os, re, sys
 def pins(path):
     found = {}
-    for line in open(path):
+    for line in open(path) if os.path.exists(path) else []:
         m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*==\s*([^\s;#]+)", line)
         if m:
             found[re.sub(r"[-_.]+", "-", m[1]).lower()] = m[3]
     return found
-wanted, locked = pins(sys.argv[1]), pins(sys.argv[2])
+locked, wanted = pins(sys.argv[1]), {}
+for path in sys.argv[2:]:
+    wanted.update(pins(path))
 print(", ".join(f"{n}=={v}, lock: {locked.get(n, 'none')}" for n, v in wanted.items() if locked.get(n) != v))
 PY
 }
 
 install_requirements() {
-  # requirements.txt (the direct pins) constrained by requirements.lock (every other package, pinned).
-  # The lock was made on one Python and platform (its header says which). Elsewhere a pin may have no
-  # wheel: then pip fails, and setup says so in one line and installs requirements.txt's pins alone.
-  # Constraints for packages nothing requests (nvidia-* on macOS) are ignored by pip.
+  # The requirements files given (their direct pins) constrained by requirements.lock (every other
+  # package, pinned). The lock was made on one Python and platform (its header says which). Elsewhere a
+  # pin may have no wheel: then pip fails, and setup says so in one line and installs the files' pins
+  # alone. Constraints for packages nothing requests (nvidia-* on macOS, the dev tools' dependencies in a
+  # learner's setup) are ignored by pip.
+  local files=() file names=""
+  for file in "$@"; do files+=(-r "$file"); names+="${names:+ and }${file##*/}"; done
   if [ ! -f "$LOCK" ]; then
-    "$PY" -m pip install --quiet -r "$ROOT/requirements.txt"; return
+    "$PY" -m pip install --quiet "${files[@]}"; return
   fi
   local log="$VENV/.pip-lock.log" here stale
   stale="$(stale_lock)"
-  [ -z "$stale" ] || die "requirements.lock is older than requirements.txt ($stale): run ./build.sh lock and commit requirements.lock with requirements.txt."
-  if "$PY" -m pip install --quiet -r "$ROOT/requirements.txt" -c "$LOCK" 2>"$log"; then
+  [ -z "$stale" ] || die "requirements.lock is older than requirements.txt or requirements-dev.txt ($stale): run ./build.sh lock and commit requirements.lock with them."
+  if "$PY" -m pip install --quiet "${files[@]}" -c "$LOCK" 2>"$log"; then
     return 0
   fi
   here="$("$PY" -c 'import sys, sysconfig; print("%d.%d %s" % (*sys.version_info[:2], sysconfig.get_platform()))')"
   if [ "$here" = "$(lock_field python) $(lock_field platform)" ]; then
     cat "$log" >&2; return 1  # the lock's own Python and platform: a real failure, not a missing wheel
   fi
-  echo "setup: requirements.lock (Python $(lock_field python), $(lock_field platform)) does not install on Python ${here% *}, ${here#* } ($(grep -m1 -E '^ERROR' "$log" || tail -n 1 "$log")); installing requirements.txt's pins alone, other packages at their newest"
-  "$PY" -m pip install --quiet -r "$ROOT/requirements.txt"
+  echo "setup: requirements.lock (Python $(lock_field python), $(lock_field platform)) does not install on Python ${here% *}, ${here#* } ($(grep -m1 -E '^ERROR' "$log" || tail -n 1 "$log")); installing $names's pins alone, other packages at their newest"
+  "$PY" -m pip install --quiet "${files[@]}"
 }
 
 setup() {
@@ -135,7 +152,7 @@ setup() {
   fi
   "$PY" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
   echo "setup: installing requirements.txt with requirements.lock (torch is large: a few minutes the first time)"
-  install_requirements \
+  install_requirements "$REQUIREMENTS" \
     || die "pip could not install requirements.txt (see the error above). Check your connection to the package index, then re-run ./build.sh setup."
   "$PY" -m pip install --quiet --no-deps -e "$ROOT" || die "pip could not install course_utils (pip install -e .)."
   "$PY" -m ipykernel install --sys-prefix --name "$KERNEL" --display-name "Python (Ray Train course)" >/dev/null \
@@ -143,6 +160,21 @@ setup() {
   lab_settings
   setup_hash > "$STAMP"
   echo "setup: done (kernel '$KERNEL' registered)"
+}
+
+setup_dev() {
+  # setup, then the maintainers' tools (requirements-dev.txt: pytest, nbmake, Playwright, MkDocs, moto,
+  # ruff, actionlint) for ./build.sh test and docs. A stamp of their own: a learner's setup never
+  # installs them, and a test run installs them once. requirements.txt goes to pip beside them, so
+  # nothing a tool asks for moves a learner's pin.
+  setup
+  if [ -f "$DEV_STAMP" ] && [ "$(cat "$DEV_STAMP")" = "$(dev_hash)" ]; then
+    return 0
+  fi
+  echo "setup: installing requirements-dev.txt with requirements.lock (the tools for tests, the site and linting)"
+  install_requirements "$REQUIREMENTS" "$DEV_REQUIREMENTS" \
+    || die "pip could not install requirements-dev.txt (see the error above). Check your connection to the package index, then re-run the command."
+  dev_hash > "$DEV_STAMP"
 }
 
 export_lessons() {
@@ -153,35 +185,38 @@ export_lessons() {
 }
 
 lock() {
-  # requirements.lock: a fresh throwaway venv, `pip install -r requirements.txt`, then `pip freeze
-  # --exclude-editable` (the course package is never in it). Run after changing requirements.txt.
+  # requirements.lock: a fresh throwaway venv, `pip install -r requirements.txt -r requirements-dev.txt`,
+  # then `pip freeze --exclude-editable` (the course package is never in it). One lock for both files:
+  # a learner's setup takes the pins of what it installs and pip ignores the rest. Run after changing
+  # either file.
   local base tmp
   base="$(find_python)" || no_python
   tmp="$(mktemp -d)"
   # shellcheck disable=SC2064  # expanded now: $tmp is local, gone when the EXIT trap runs
   trap "rm -rf '$tmp'" EXIT
-  echo "lock: installing requirements.txt into a fresh venv with $("$base" --version) (a few minutes)"
+  echo "lock: installing requirements.txt and requirements-dev.txt into a fresh venv with $("$base" --version) (a few minutes)"
   "$base" -m venv "$tmp/venv" || die "could not create a venv in $tmp"
   "$tmp/venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  "$tmp/venv/bin/python" -m pip install --quiet -r "$ROOT/requirements.txt" \
-    || die "pip could not install requirements.txt; requirements.lock left as it was."
+  "$tmp/venv/bin/python" -m pip install --quiet -r "$REQUIREMENTS" -r "$DEV_REQUIREMENTS" \
+    || die "pip could not install requirements.txt and requirements-dev.txt; requirements.lock left as it was."
   {
     lock_header "$tmp/venv/bin/python"
     "$tmp/venv/bin/python" -m pip freeze --exclude-editable | grep -v -i -E '^course[-_]utils([=@ ]|$)'
   } > "$LOCK.new"
   mv "$LOCK.new" "$LOCK"
-  echo "lock: wrote $LOCK ($(grep -c '==' "$LOCK") pins); commit it with requirements.txt"
+  echo "lock: wrote $LOCK ($(grep -c '==' "$LOCK") pins); commit it with requirements.txt and requirements-dev.txt"
 }
 
 lock_header() {
   "$1" - <<'PY'
 import datetime, platform, sys, sysconfig
 print(f"""\
-# Every package `pip install -r requirements.txt` installs, pinned: `./build.sh setup` installs
-# requirements.txt with this file as constraints (pip install -r requirements.txt -c requirements.lock).
-# Made by `./build.sh lock` (a fresh venv, pip install -r requirements.txt, pip freeze --exclude-editable)
-# on {datetime.date.today()} with Python {platform.python_version()} on {sysconfig.get_platform()}. Do not edit:
-# change requirements.txt, then run ./build.sh lock.
+# Every package `pip install -r requirements.txt -r requirements-dev.txt` installs, pinned: `./build.sh
+# setup` installs requirements.txt with this file as constraints (pip install -r requirements.txt -c
+# requirements.lock), `./build.sh test` and `docs` add requirements-dev.txt the same way.
+# Made by `./build.sh lock` (a fresh venv, pip install -r requirements.txt -r requirements-dev.txt, pip
+# freeze --exclude-editable) on {datetime.date.today()} with Python {platform.python_version()} on {sysconfig.get_platform()}.
+# Do not edit: change requirements.txt or requirements-dev.txt, then run ./build.sh lock.
 # python: {sys.version_info[0]}.{sys.version_info[1]}
 # platform: {sysconfig.get_platform()}""")
 PY
@@ -230,7 +265,7 @@ course() {
 }
 
 test_all() {
-  setup
+  setup_dev
   # Unit + integration (each integration module starts and stops its own local Ray), the
   # workshop path (a `ray start` cluster + S3 storage, every lesson), then every lesson in the
   # smoke profile through nbmake's runner, as shipped and then with its exercises answered in the

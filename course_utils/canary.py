@@ -2,8 +2,9 @@
 
 Run with the canary venv's Python (``build.sh canary`` makes ``.venv-canary``), from the repo root:
 
-1. install ``requirements.txt`` with every ``==`` pin relaxed to ``>=`` (torch and torchvision stay
-   pinned: they come from this machine's disk), no lock, upgrading everything to the newest that fits;
+1. install ``requirements.txt`` and ``requirements-dev.txt`` (the lessons' packages and the tools the tests
+   run on) with every ``==`` pin relaxed to ``>=`` (torch and torchvision stay pinned: they come from this
+   machine's disk), no lock, upgrading everything to the newest that fits;
 2. ``pytest tests/unit``;
 3. every lesson (``python -m course_utils.run_course``, which attempts each one whatever the others did);
 4. the benches (``python -m course_utils.bench <name>``), each figure beside the pinned course's
@@ -53,6 +54,10 @@ HELD = {
     "with it relaxed, test_imports fails",
 }
 TABLE_HEADER = "| step | pinned | canary | result |"
+# What the canary installs, relaxed: the learner's requirements and the maintainers' tools (pytest for
+# the unit tests, nbmake, ...), both as the pinned course has them.
+REQUIREMENT_FILES = ("requirements.txt", "requirements-dev.txt")
+INSTALL_STEP = "install (requirements.txt + requirements-dev.txt, == relaxed to >=)"
 
 _REQUIREMENT = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)(?P<extras>\[[^\]]*\])?\s*==\s*(?P<version>[^\s;#]+)"
@@ -297,8 +302,8 @@ def child_env(out_dir: Path, own_storage: bool = True) -> dict[str, str]:
 
 
 def install(out_dir: Path, report: Report, relax_all: bool = False) -> bool:
-    """Relaxed requirements, newest of everything (eager upgrade), the course package, the kernel."""
-    requirements = (REPO_ROOT / "requirements.txt").read_text()
+    """Both requirement files relaxed, newest of everything (eager upgrade), the course package, the kernel."""
+    requirements = "".join((REPO_ROOT / name).read_text() for name in REQUIREMENT_FILES)
     relaxed = out_dir / "requirements-canary.txt"
     relaxed.parent.mkdir(parents=True, exist_ok=True)
     held = {} if relax_all else HELD
@@ -324,7 +329,7 @@ def install(out_dir: Path, report: Report, relax_all: bool = False) -> bool:
         code, output = run(command, out_dir / "logs" / f"install-{i}.log", 3600, child_env(out_dir, False))
         if code != 0:
             report.steps.append(
-                Step("install (requirements.txt, == relaxed to >=)", False, first_error(output))
+                Step(INSTALL_STEP, False, first_error(output))
             )
             return False
     pins = pinned_versions(requirements)
@@ -334,7 +339,7 @@ def install(out_dir: Path, report: Report, relax_all: bool = False) -> bool:
     ]
     report.steps.append(
         Step(
-            "install (requirements.txt, == relaxed to >=)",
+            INSTALL_STEP,
             True,
             f"{len(report.upgrades)} direct dependencies newer than pinned",
             f"ray {pins.get('ray', '?')}",

@@ -43,7 +43,8 @@ def chromium() -> str:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         pytest.fail(
-            "playwright is not installed: ./build.sh setup (it is pinned in requirements.txt)", pytrace=False
+            "playwright is not installed: ./build.sh test installs it (pinned in requirements-dev.txt)",
+            pytrace=False,
         )
     if not Path(CHROMIUM).exists():
         pytest.fail(

@@ -61,7 +61,9 @@ def s3_server():
 
     server = Path(sys.executable).with_name("moto_server")
     if not server.exists() and shutil.which("moto_server") is None:
-        pytest.fail('moto_server is missing: pip install "moto[server]" (see requirements.txt)')
+        pytest.fail(
+            'moto_server is missing: pip install "moto[server]" (pinned in requirements-dev.txt; ./build.sh test installs it)'
+        )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

