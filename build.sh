@@ -3,6 +3,15 @@
 # README.md says what a learner runs, CONTRIBUTING.md the rest.
 set -euo pipefail
 
+# Linux and macOS only: on Windows (Git Bash, MSYS2, Cygwin) or anything else, stop in one line before
+# anything runs, with the ways that work there.
+PLATFORM="$(uname -s 2>/dev/null || echo 'this system')"
+case "$PLATFORM" in
+  Linux | Darwin) ;;
+  *) echo "build.sh: $PLATFORM is not supported (Linux and macOS are): take the course in WSL2, Google Colab or GitHub Codespaces; README.md says how." >&2
+     exit 1 ;;
+esac
+
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # COURSE_VENV puts the venv elsewhere (a second one on another Python, e.g. /tmp/venv312).
 VENV="${COURSE_VENV:-$ROOT/.venv}"

@@ -1,11 +1,14 @@
-"""build.sh's Python choice (3.11-3.13, $PYTHON first), the two requirement files
+"""build.sh's platform guard, its Python choice (3.11-3.13, $PYTHON first), the two requirement files
 (a learner's, the maintainers' tools) and the one lock it installs them with, and its stale-lock check.
 Each runs build.sh, or its own functions in bash, with fakes where it would install: nothing is."""
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from course_utils.canary import normalise, pinned_versions
 from course_utils.config import REPO_ROOT
@@ -176,3 +179,49 @@ def test_lab_course_and_setup_install_the_learner_file_test_and_docs_the_tools()
     for maintainer in ("test_all", "docs"):
         assert re.search(r"^\s+setup_dev$", body[maintainer], re.M), maintainer
     assert "DEV_REQUIREMENTS" in body["lock"] and "DEV_REQUIREMENTS" not in body["setup"]
+
+
+# ---------------------------------------------------------------- the platform guard
+
+
+def _with_uname(tmp_path: Path, system: str) -> tuple[Path, dict[str, str], Path]:
+    """A copy of build.sh alone in a folder, a fake ``uname`` first on PATH, fake Pythons that leave a mark."""
+    repo, bin_dir, mark = tmp_path / "repo", tmp_path / "bin", tmp_path / "something-ran"
+    repo.mkdir()
+    bin_dir.mkdir()
+    shutil.copy(REPO_ROOT / "build.sh", repo / "build.sh")
+    (bin_dir / "uname").write_text(f"#!/bin/sh\necho '{system}'\n")
+    for name in ("python3", "python3.11", "python3.12", "python3.13", "pip"):
+        (bin_dir / name).write_text(f"#!/bin/sh\ntouch {mark}\nexit 1\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    return repo, {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}, mark
+
+
+@pytest.mark.parametrize(
+    "system", ["MINGW64_NT-10.0-19045", "MSYS_NT-10.0-19045", "CYGWIN_NT-10.0-19045", "Windows_NT", "FreeBSD"]
+)
+def test_an_unsupported_platform_stops_at_once_in_one_line_naming_the_ways_in(tmp_path, system):
+    repo, env, mark = _with_uname(tmp_path, system)
+    run = subprocess.run(
+        ["bash", str(repo / "build.sh"), "setup"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert run.returncode != 0 and run.stdout == ""
+    (line,) = run.stderr.splitlines()
+    assert system in line and all(way in line for way in ("WSL2", "Colab", "Codespaces", "README")), line
+    assert not mark.exists(), "something ran before the guard"
+    assert [p.name for p in repo.iterdir()] == ["build.sh"], "the guard let build.sh create something"
+
+
+@pytest.mark.parametrize("system", ["Linux", "Darwin"])
+def test_linux_and_macos_get_past_the_guard(tmp_path, system):
+    repo, env, _ = _with_uname(tmp_path, system)
+    run = subprocess.run(
+        ["bash", str(repo / "build.sh")], cwd=repo, capture_output=True, text=True, timeout=60, env=env
+    )
+    assert run.returncode == 2 and run.stdout.startswith("usage: ./build.sh {setup|lab|"), run.stderr
