@@ -254,6 +254,14 @@ lab() {
     echo "lab: running as root (a container or a cloud VM?), so JupyterLab gets --allow-root"
     extra+=(--allow-root)
   fi
+  if [ "${CODESPACES:-}" = "true" ]; then
+    # A GitHub Codespace forwards 127.0.0.1:8888 to the learner's browser under its own name
+    # (https://<codespace>-8888.app.github.dev), a Host Jupyter refuses unless allowed: it still listens
+    # on 127.0.0.1 only, behind its token. Its own browser launch opens a local file the learner's browser
+    # cannot reach, so the link it prints is the way in (VS Code opens it through the forwarded port).
+    echo "lab: in a GitHub Codespace: open the http://127.0.0.1:8888/lab?token=... link below (Ctrl/Cmd+click)"
+    extra+=(--ServerApp.allow_remote_access=True --no-browser)
+  fi
   # notebooks/ unless the caller names another folder (the browser test runs copies elsewhere).
   for arg in "$@"; do
     case "$arg" in --notebook-dir*|--ServerApp.root_dir*) dir="" ;; esac
