@@ -18,9 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from course_utils.config import REPO_ROOT, temporary_env
-
-SOLUTIONS = REPO_ROOT / "notebooks" / "solutions"
+from course_utils.config import temporary_env
+from course_utils.solutions import solutions_dir
 
 
 class ExerciseError(AssertionError):
@@ -29,8 +28,8 @@ class ExerciseError(AssertionError):
 
 def _solution(exercise: str) -> str:
     lesson = exercise.split(".")[0]
-    found = sorted(SOLUTIONS.glob(f"{lesson}_*.md"))
-    return str(found[0].relative_to(REPO_ROOT)) if found else f"notebooks/solutions/{lesson}_*.md"
+    found = sorted(solutions_dir().glob(f"{lesson}_*.md"))
+    return f"notebooks/solutions/{found[0].name}" if found else f"notebooks/solutions/{lesson}_*.md"
 
 
 def _pending(exercise: str, answer: Any) -> bool:

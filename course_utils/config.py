@@ -9,9 +9,13 @@ for ``COURSE_STORAGE`` (called by ``session.start_ray``, ``storage.ray_storage``
 
 - ``COURSE_PROFILE``: ``smoke``, ``full`` or ``auto`` (default ``auto``: ``full`` when a GPU
   is visible, else ``smoke``).
-- ``COURSE_DATA``: folder that holds MNIST (default ``<repo>/data``).
+- ``COURSE_DATA``: folder that holds MNIST (default ``<home>/data``).
 - ``COURSE_STORAGE``: where Ray Train writes runs and checkpoints: a local folder, a shared
-  mount, or ``s3://bucket/prefix`` (default ``<repo>/storage``).
+  mount, or ``s3://bucket/prefix`` (default ``<home>/storage``).
+
+``<home>`` (``course_home``) is the repository in a checkout; where the package was installed on
+its own (Colab, a lesson downloaded alone: the lesson's install cell), the folder the notebook runs
+in, so that everything a lesson writes stays beside it.
 - ``COURSE_S3_ENDPOINT``: URL of an S3-compatible store (MinIO, Ceph, a local moto server) when
   ``COURSE_STORAGE`` is ``s3://...``; unset means AWS. Credentials come from the standard
   ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_TOKEN``, ``AWS_REGION``).
@@ -111,9 +115,21 @@ def get_profile(name: str | None = None, gpus: int | None = None) -> Profile:
     return SMOKE if profile_name(name, gpus) == "smoke" else _full(gpus)
 
 
+def in_checkout() -> bool:
+    """True when ``course_utils`` runs from a clone of the course (``pip install -e``), False when it
+    was installed on its own into site-packages (a lesson's install cell)."""
+    return (REPO_ROOT / "build.sh").is_file() and (REPO_ROOT / "notebooks").is_dir()
+
+
+def course_home() -> Path:
+    """The folder the course's default data, storage and build folders go in: the repository in a
+    checkout, else the current folder (a notebook's kernel starts in the notebook's folder)."""
+    return REPO_ROOT if in_checkout() else Path.cwd()
+
+
 def data_root() -> Path:
     """Folder that holds (or will hold) MNIST, from ``COURSE_DATA`` (``data.ensure_mnist`` creates it)."""
-    return Path(os.environ.get("COURSE_DATA") or REPO_ROOT / "data").expanduser().resolve()
+    return Path(os.environ.get("COURSE_DATA") or course_home() / "data").expanduser().resolve()
 
 
 def is_remote_uri(path: str) -> bool:
@@ -127,7 +143,7 @@ def storage_root() -> str:
     ``storage.prepare_learner_storage`` creates a local folder and checks it is writable, so a
     bad setting fails in the first cell (``session.start_ray``) rather than inside a worker.
     """
-    raw = os.environ.get("COURSE_STORAGE") or str(REPO_ROOT / "storage")
+    raw = os.environ.get("COURSE_STORAGE") or str(course_home() / "storage")
     if is_remote_uri(raw):
         scheme, _, rest = raw.partition("://")
         return f"{scheme}://{rest.rstrip('/')}"  # "s3://" stays a URI (and fails as one: no bucket)
@@ -205,8 +221,8 @@ def learner_storage_root() -> str:
 
 
 def build_root() -> Path:
-    """Folder for executed notebooks and HTML (``./build.sh course``)."""
-    return REPO_ROOT / "build"
+    """Folder for executed notebooks, HTML (``./build.sh course``) and lesson outputs."""
+    return course_home() / "build"
 
 
 def ensure_writable_dir(path: Path, variable: str) -> None:

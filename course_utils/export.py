@@ -4,7 +4,9 @@ A code cell that contains a line ``#@save`` (d2l's convention) holds code a less
 learner reads and edits it there, and later lessons, tests and benchmarks import the same code from
 ``course_utils.lesson_code`` (the loops of lessons 02-04) or ``course_utils.lesson_inference``
 (lesson 05's predictor), modules this exporter writes from those cells. The notebook is the
-source; the module is generated. After editing a saved cell, run ``./build.sh export``.
+source; the module is generated. After editing a saved cell, run ``./build.sh export``. The same
+command writes each lesson's Colab/Codespace links and install cell from pyproject.toml
+(``course_utils.install.sync``).
 ``tests/unit/test_export.py`` fails, naming the lesson, the cell and the function, when the two
 drift apart.
 
@@ -158,16 +160,26 @@ def drift(cells: list[SavedCell], written: str, module: str = "lesson_code.py") 
 
 def main(argv: list[str] | None = None, package: Path = PACKAGE) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    from course_utils import install
+
+    if "--check" not in argv:
+        for line in install.sync(NOTEBOOKS, write=True):
+            print(
+                f"wrote {line.split(':')[0]}: its Colab/Codespace links and install cell from [tool.course]"
+            )
     cells = saved_cells()
     if "--check" in argv:
-        problems = []
+        problems = install.sync(NOTEBOOKS, write=False)
         for module in MODULES:
             path = package / module
             problems += drift(cells, path.read_text() if path.exists() else "", module)
         for line in problems:
             print(line)
         if problems:
-            print("Run ./build.sh export to write the lessons' #@save cells into course_utils.")
+            print(
+                "Run ./build.sh export to write the lessons' #@save cells into course_utils, and "
+                "pyproject.toml's [tool.course] into the lessons."
+            )
         return 1 if problems else 0
     for module in MODULES:
         (package / module).write_text(render(cells, module))

@@ -20,7 +20,7 @@ from course_utils.plan import per_worker_batch
 from course_utils.steps import epoch_metrics, train_one_epoch
 
 
-# From 02_ray_train_migration.ipynb, cell 5 ('# 02. The function every worker runs').
+# From 02_ray_train_migration.ipynb, cell 6 ('# 02. The function every worker runs').
 def train_loop_per_worker(config: dict) -> None:
     """What each Ray Train worker runs: lesson 01's loop plus the Ray Train calls."""
     context = ray.train.get_context()  # who am I: this worker's rank, and how many workers there are
@@ -54,7 +54,7 @@ def train_loop_per_worker(config: dict) -> None:
             print(f"[rank 0] epoch {epoch}: train_loss={metrics['train_loss']:.4f} accuracy={metrics['accuracy']:.3f}", flush=True)
 
 
-# From 03_ray_data_integration.ipynb, cell 21 ('# 10. The training loop on a dataset shard').
+# From 03_ray_data_integration.ipynb, cell 22 ('# 10. The training loop on a dataset shard').
 def train_loop_ray_data(config: dict) -> None:
     """Lesson 02's loop with the training batches streamed from this worker's Ray Data shard."""
     context = ray.train.get_context()  # who am I: this worker's rank, and how many workers there are
@@ -94,7 +94,7 @@ def train_loop_ray_data(config: dict) -> None:
             print(f"[rank 0] epoch {epoch}: train_loss={metrics['train_loss']:.4f} accuracy={metrics['accuracy']:.3f}", flush=True)
 
 
-# From 04_fault_tolerance.ipynb, cell 6 ('# 03. Automatic retries: a loop that resumes').
+# From 04_fault_tolerance.ipynb, cell 7 ('# 03. Automatic retries: a loop that resumes').
 def train_loop_resumable(config: dict) -> None:
     """Lesson 02's loop, resumable: it continues after the epoch of ``ray.train.get_checkpoint()``."""
     context = ray.train.get_context()  # who am I: this worker's rank, and how many workers there are

@@ -14,7 +14,7 @@ from course_utils.inference import load_torchscript
 from course_utils.pixels import to_model_input
 
 
-# From 05_inference.ipynb, cell 14 ('# 07. The class each pool actor runs').
+# From 05_inference.ipynb, cell 15 ('# 07. The class each pool actor runs').
 class BatchPredictor:
     """A ``map_batches`` class: each pool actor loads the traced model once, then scores whole batches."""
 

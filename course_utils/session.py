@@ -256,7 +256,7 @@ def start_ray(
     global _ray_context
     import ray
 
-    from course_utils import rayinternals, storage
+    from course_utils import config, rayinternals, storage
     from course_utils.config import learner_namespace, profile_name
 
     # Before any run or worker writes there: COURSE_STORAGE is writable and this learner's folder
@@ -294,6 +294,11 @@ def start_ray(
             # runtime_env: with one, the raylet starts every worker through setup_worker.py, a
             # second Python start-up per worker (batch inference started 1.3 s later, every fit later).
             os.environ.setdefault(rayinternals.worker_setup_hook_env_var(), logs.WORKER_SETUP_HOOK)
+            if not config.in_checkout():
+                # Installed on its own (a lesson's install cell): the default folders are the
+                # notebook's, which a worker (started in Ray's session folder) cannot guess.
+                for key in ("COURSE_DATA", "COURSE_STORAGE"):
+                    os.environ.setdefault(key, _course_settings(profile)[key])
             for key, value in RAYLET_ENV.items():
                 os.environ.setdefault(key, value)  # the raylet this ray.init starts reads it
             cpus = num_cpus or max(os.cpu_count() or 1, LOCAL_MIN_CPUS)

@@ -16,7 +16,14 @@ from typing import Any
 
 from course_utils.config import REPO_ROOT
 
-SOLUTIONS = REPO_ROOT / "notebooks" / "solutions"
+
+def solutions_dir() -> Path:
+    """``notebooks/solutions`` of the checkout; outside one (Colab, a lesson alone), the copy installed
+    with the package as ``course_utils._solutions`` (pyproject.toml's package-dir)."""
+    checkout = REPO_ROOT / "notebooks" / "solutions"
+    return checkout if checkout.is_dir() else Path(__file__).resolve().parent / "_solutions"
+
+
 PLACEHOLDER = re.compile(r"^(?P<indent>[ \t]*)(?P<name>\w+) = \.\.\.[ \t]+# YOUR ANSWER\b.*$", re.M)
 _HEADING = re.compile(r"^## Exercise (?P<id>\d\d\.\d+)\b", re.M)
 _HINT = re.compile(r"^\*\*Hint:\*\*(?P<hint>.*?)(?:\n\s*\n|\Z)", re.M | re.S)
@@ -36,7 +43,7 @@ def lesson_number(notebook: str | Path) -> str:
 
 def _sections(lesson: str) -> tuple[str, dict[str, str]]:
     """(file name, ``{"NN.k": text under its heading}``) of ``notebooks/solutions/NN_*.md``, in order."""
-    found = sorted(SOLUTIONS.glob(f"{lesson}_*.md"))
+    found = sorted(solutions_dir().glob(f"{lesson}_*.md"))
     if len(found) != 1:
         raise SolutionsError(f"Expected one notebooks/solutions/{lesson}_*.md, found {len(found)}.")
     text = found[0].read_text()

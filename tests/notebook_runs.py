@@ -30,6 +30,7 @@ GPU_SHAPED = "GPU-shaped: a Ray cluster that declares 1 or 2 GPUs on this CPU ma
 BROWSER = "JupyterLab in a browser: ./build.sh lab headless + Chromium (Playwright), every lesson from the UI"
 HOSTS = "real hosts: a head and two worker hosts sharing only the network (namespaces, private disks), S3 on the head"
 DOCS_SITE = "the documentation site: ./build.sh docs, every page read in Chromium"
+COLAB = "Colab-shaped: a lesson alone in an empty folder, a fresh venv with Colab's stack, its install cell"
 
 LESSONS = lessons()  # notebooks/NN_*.ipynb in order, as ./build.sh course runs them
 

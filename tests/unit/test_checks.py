@@ -11,8 +11,9 @@ import torch
 from ray.train import CheckpointConfig, FailureConfig, ScalingConfig
 
 from course_utils import checks, config
+from course_utils.solutions import solutions_dir
 
-SOLUTIONS = checks.SOLUTIONS
+SOLUTIONS = solutions_dir()
 PROFILE = config.SMOKE
 
 

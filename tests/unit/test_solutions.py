@@ -29,7 +29,7 @@ def test_answer_replaces_each_placeholder_in_order_keeping_the_rest():
 
 def test_a_mismatch_between_lesson_and_solutions_is_an_error(tmp_path, monkeypatch):
     (tmp_path / "01_x.md").write_text("## Exercise 01.1 · One\n\n```python\nx = 1\n```\n")
-    monkeypatch.setattr(solutions, "SOLUTIONS", tmp_path)
+    monkeypatch.setattr(solutions, "solutions_dir", lambda: tmp_path)
     with pytest.raises(solutions.SolutionsError, match=r"01\.2"):
         solutions.answered_notebook(LESSONS[0])  # lesson 01 has two exercises
 
@@ -67,7 +67,7 @@ def test_every_exercise_offers_a_hint_that_is_not_the_answer(lesson, capsys):
 
 def test_a_missing_hint_is_an_error(tmp_path, monkeypatch):
     (tmp_path / "01_x.md").write_text("## Exercise 01.1 · One\n\n```python\nx = 1\n```\n")
-    monkeypatch.setattr(solutions, "SOLUTIONS", tmp_path)
+    monkeypatch.setattr(solutions, "solutions_dir", lambda: tmp_path)
     with pytest.raises(solutions.SolutionsError, match="no \\*\\*Hint"):
         solutions.hint("01.1")
     assert solutions.solution("01.1") == "```python\nx = 1\n```"
