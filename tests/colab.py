@@ -156,6 +156,16 @@ class ColabRun:
     error: str
     seconds: float
 
+    def home_files(self) -> list[str]:
+        """What was written in the kernel's own home, outside a hidden folder (.cache, .config: the
+        libraries' caches): a lesson's output there would have landed outside its folder."""
+        home = self.notebook.parent.parent / "home"
+        return sorted(
+            str(p.relative_to(home))
+            for p in home.rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(home).parts)
+        )
+
     def outputs(self, stream: str = "stdout") -> str:
         nb = json.loads(self.notebook.read_text())
         return "".join(
@@ -195,6 +205,11 @@ def run_lesson(lesson: Path, root: Path, wheel: Path, *, timeout_s: int = 900) -
     clean = {k: v for k, v in os.environ.items() if k in keep or k.startswith(("PIP_", "LC_"))}
     clean["PATH"] = os.pathsep.join(p for p in clean.get("PATH", "").split(os.pathsep) if ".venv" not in p)
     clean["JUPYTER_PATH"] = str(root / "jupyter")
+    # A home of its own, so that whatever the lesson writes outside its folder shows up (``home_files``);
+    # pip's cache stays the machine's, as Colab's stays between sessions of a runtime.
+    clean["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
+    clean["HOME"] = str(root / "home")
+    (root / "home").mkdir()
     # pip as on Colab: the package index alone, not this machine's pip.conf (its local index folders
     # are warned about, one line per package, in the install cell's summary).
     clean["PIP_CONFIG_FILE"] = os.devnull

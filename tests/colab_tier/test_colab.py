@@ -5,7 +5,8 @@ virtualenv holding only a Colab-like preinstalled stack; the lesson's first code
 course from a wheel of this checkout (``COURSE_SOURCE``, standing for GitHub). The test asserts that
 the install cell said what it installed and kept the runtime's PyTorch, that every cell ran with
 nothing a learner reads as "it broke", that the lesson wrote its data and runs beside the notebook,
-and that the checkout was not written to. CI runs lessons 01, 02 and 05 (``CI_LESSONS``); the weekly
+and that neither the checkout nor the kernel's home (outside the libraries' hidden caches) was
+written to. CI runs lessons 01, 02 and 05 (``CI_LESSONS``); the weekly
 canary sets ``COURSE_COLAB_LESSONS=all``.
 """
 
@@ -66,5 +67,6 @@ def test_a_lesson_alone_installs_the_course_and_runs(lesson: Path, wheel: Path, 
     written = sorted(p.name for p in content.iterdir())
     if not lesson.name.startswith("06"):  # lesson 06 removes what the course wrote
         assert (content / "data" / "MNIST").is_dir() and (content / "storage").is_dir(), written
+    assert not run.home_files(), f"{lesson.name} wrote into the home folder: {run.home_files()}"
     assert str(REPO_ROOT) not in run.outputs(), "a lesson alone printed a path inside the checkout"
     assert _checkout_state() == before, "a lesson alone wrote into the checkout's data or storage folder"

@@ -1,0 +1,171 @@
+"""One publication setting (pyproject's [tool.course]) behind every Colab/Codespaces link and install cell,
+the install cell itself, pyproject's dependency ranges, and the folders of a course installed on its own."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tomllib
+import zipfile
+from contextlib import redirect_stdout
+from importlib.metadata import version
+from pathlib import Path
+
+import nbformat
+import pytest
+from packaging.requirements import Requirement
+
+from course_utils import config, docsite, install, solutions
+from course_utils.config import REPO_ROOT
+from course_utils.run_course import lessons
+
+LESSONS = lessons()
+PUB = install.publication()
+
+
+def _pins() -> dict[str, str]:
+    """``{name: version}`` of every ``==`` pin in the requirements files the checkout installs."""
+    pins = {}
+    for path in REPO_ROOT.glob("requirements*.txt"):
+        for line in path.read_text().splitlines():
+            line = line.split("#")[0].strip()
+            if "==" in line:
+                req = Requirement(line)
+                pins[install._key(req.name)] = next(iter(req.specifier)).version
+    return pins
+
+
+def test_the_setting_names_a_repository_and_a_branch_and_builds_the_urls():
+    assert re.fullmatch(r"[\w.-]+/[\w.-]+", PUB.repository) and PUB.branch
+    url = PUB.colab_url("01_single_gpu_baseline.ipynb")
+    assert url == (
+        f"https://colab.research.google.com/github/{PUB.repository}/blob/{PUB.branch}"
+        "/notebooks/01_single_gpu_baseline.ipynb"
+    )
+    assert PUB.codespaces_url().startswith(f"https://codespaces.new/{PUB.repository}/tree/{PUB.branch}")
+    assert PUB.source() == f"git+https://github.com/{PUB.repository}@{PUB.branch}"
+
+
+def test_a_bad_repository_setting_is_refused(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.course]\nrepository = "no-slash"\nbranch = "main"\n')
+    with pytest.raises(ValueError, match="owner/name"):
+        install.publication(tmp_path / "pyproject.toml")
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.name[:2] for lesson in LESSONS])
+def test_each_lesson_opens_with_its_links_then_the_install_cell(lesson: Path):
+    cells = json.loads(lesson.read_text())["cells"]
+    title = "".join(cells[0]["source"]).splitlines()
+    assert title[0].startswith("# ") and title[1] == "" and title[2] == PUB.links(lesson.name)
+    assert cells[1]["id"] == install.INSTALL_CELL_ID
+    assert "".join(cells[1]["source"]) == install.install_cell(PUB)
+    assert f'"{PUB.source()}"' in install.install_cell(PUB)
+
+
+def test_sync_finds_no_drift_and_rewrites_a_drifted_lesson(tmp_path):
+    assert install.sync(write=False) == []
+    copy = tmp_path / LESSONS[0].name
+    copy.write_text(LESSONS[0].read_text())
+    other = install.Publication("someone/fork", "release")
+    assert install.sync(tmp_path, write=False, pub=other) == [
+        f"{copy.name}: the Colab/Codespace links or the install cell differ from [tool.course]"
+    ]
+    install.sync(tmp_path, write=True, pub=other)
+    cells = json.loads(copy.read_text())["cells"]
+    assert other.links(copy.name) in "".join(cells[0]["source"])
+    assert PUB.colab_url(copy.name) not in "".join(cells[0]["source"])  # replaced, not added
+    assert '"git+https://github.com/someone/fork@release"' in "".join(cells[1]["source"])
+    assert len(cells) == len(json.loads(LESSONS[0].read_text())["cells"])
+    assert install.sync(tmp_path, write=False, pub=other) == []
+
+
+def test_readme_links_every_lesson_to_colab_and_offers_a_codespace():
+    readme = (REPO_ROOT / "README.md").read_text()
+    for lesson in LESSONS:
+        assert PUB.colab_url(lesson.name) in readme, lesson.name
+    assert PUB.codespaces_url() in readme
+    found = set(re.findall(r"https://colab\.research\.google\.com/[^)\s]+", readme))
+    assert found == {PUB.colab_url(lesson.name) for lesson in LESSONS}, "a Colab link not from the setting"
+
+
+def test_the_site_page_of_a_lesson_keeps_its_links():
+    nb = docsite.static_notebook(nbformat.read(str(LESSONS[0]), as_version=4), LESSONS[0].name)
+    assert PUB.links(LESSONS[0].name) in nb.cells[1].source
+
+
+def test_the_install_cell_does_nothing_in_a_checkout():
+    out = io.StringIO()
+    with redirect_stdout(out):
+        exec(install.install_cell(PUB), {})
+    assert out.getvalue() == ""
+
+
+def test_the_install_cell_says_what_pip_said_when_it_fails(monkeypatch, tmp_path):
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    monkeypatch.setenv(install.SOURCE_ENV, (tmp_path / "missing.whl").as_uri())
+    with pytest.raises(RuntimeError, match=r"pip could not install the course from file://.*missing\.whl"):
+        exec(install.install_cell(PUB), {})
+
+
+def test_the_summary_counts_what_came_and_says_torch_stayed(monkeypatch):
+    class Dist:
+        def __init__(self, name, ver):
+            self.name, self.version = name, ver
+
+    now = [
+        Dist("torch", "2.14.1"),
+        Dist("torchvision", "0.29.1"),
+        Dist("ray", "2.60.0"),
+        Dist("course_utils", "9"),
+    ]
+    monkeypatch.setattr("importlib.metadata.distributions", lambda: now)
+    before = {"torch": "2.14.1", "torchvision": "0.28.0"}
+    line = install.installed_summary(before, 31.4, "\x1b[33mWARNING: something\x1b[0m\n")
+    assert line.startswith(
+        f"Installed course_utils {version('course_utils')} with 2 package(s) it needs (ray 2.60.0)"
+    )
+    assert "in 31 s" in line and "kept this runtime's torch 2.14.1;" in line
+    assert "replaced this runtime's torchvision 0.28.0 with 0.29.1" in line
+    assert line.endswith("pip warned (1 line(s)), first: WARNING: something.")
+
+
+def test_pyprojects_ranges_hold_the_versions_ci_runs():
+    """Every dependency a lesson alone installs admits the version requirements.txt pins (what CI
+    runs); Ray and the speed pins are the same exact versions."""
+    dependencies = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    pins = _pins()
+    for line in dependencies:
+        req = Requirement(line)
+        name = install._key(req.name)
+        assert name in pins, f"{name} is a dependency of the package but not pinned in requirements.txt"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{line} excludes CI's {pins[name]}"
+        if name in ("ray", "jsonschema", "torchdata"):
+            assert str(req.specifier) == f"=={pins[name]}", line
+    assert "ray" in {install._key(Requirement(d).name) for d in dependencies}
+
+
+def test_outside_a_checkout_the_course_writes_beside_the_notebook(monkeypatch, tmp_path):
+    monkeypatch.delenv("COURSE_DATA", raising=False)
+    monkeypatch.delenv("COURSE_STORAGE", raising=False)
+    assert config.in_checkout() and config.course_home() == REPO_ROOT
+    monkeypatch.setattr(config, "REPO_ROOT", tmp_path / "site-packages")
+    monkeypatch.chdir(tmp_path)
+    assert not config.in_checkout()
+    assert config.data_root() == tmp_path / "data"
+    assert config.storage_root() == str(tmp_path / "storage")
+    assert config.build_root() == tmp_path / "build"
+
+
+def test_the_solutions_ship_in_the_package(monkeypatch, tmp_path):
+    from tests import colab
+
+    wheel = colab.build_wheel(tmp_path)
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("course_utils/_solutions/"))
+    assert shipped == sorted(p.name for p in (REPO_ROOT / "notebooks" / "solutions").glob("*.md"))
+    assert solutions.solutions_dir() == REPO_ROOT / "notebooks" / "solutions"
+    monkeypatch.setattr(solutions, "REPO_ROOT", tmp_path)
+    assert solutions.solutions_dir() == Path(solutions.__file__).resolve().parent / "_solutions"
