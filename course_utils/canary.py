@@ -44,6 +44,7 @@ BENCHES = (
     "startup",
     "workshop",
     "hosts",
+    "install",
 )
 # They must come from this machine's disk (pip's config caps them there): never relaxed.
 KEEP_PINNED = frozenset({"torch", "torchvision"})
@@ -328,9 +329,7 @@ def install(out_dir: Path, report: Report, relax_all: bool = False) -> bool:
     for i, command in enumerate(commands):
         code, output = run(command, out_dir / "logs" / f"install-{i}.log", 3600, child_env(out_dir, False))
         if code != 0:
-            report.steps.append(
-                Step(INSTALL_STEP, False, first_error(output))
-            )
+            report.steps.append(Step(INSTALL_STEP, False, first_error(output)))
             return False
     pins = pinned_versions(requirements)
     installed = installed_versions(pins)

@@ -1,8 +1,8 @@
-"""``python -m course_utils.bench {train,ingest,checkpoint,validation,recovery,inference,startup,workshop,hosts}``: side-by-side measurements.
+"""``python -m course_utils.bench {train,ingest,checkpoint,validation,recovery,inference,startup,workshop,hosts,install}``: side-by-side measurements.
 
 Each subcommand measures the alternatives a lesson compares in one process run and prints
 ``name: value`` lines, ending with the ratio that matters. Every benchmark lives in this package,
-one module each (``train``, ``ingest``, ``checkpoint``, ``validation``, ``recovery``, ``inference``, ``startup``, ``workshop``, ``hosts``), with a ``main(argv)`` that
+one module each (``train``, ``ingest``, ``checkpoint``, ``validation``, ``recovery``, ``inference``, ``startup``, ``workshop``, ``hosts``, ``install``), with a ``main(argv)`` that
 parses its own options (``python -m course_utils.bench ingest --help``). The lessons never import
 this package; it imports the domain modules whose code it measures.
 
@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "startup": "seconds: a bare 2-worker fit part by part, beside the floor (2 plain actors importing torch)",
     "workshop": "seconds: 1, 2, 3 and 4 learners at once through lesson 02's fit on one cluster: wall, waiting, CPU",
     "hosts": "seconds on three machines: a local COURSE_STORAGE refused, lesson 02's loop as a job, a worker machine lost mid-fit (processes killed, link cut) to Ray noticing and to the next step (lesson 04)",
+    "install": "seconds, MB downloaded, venv MB: a learner's first setup with the maintainers' tools (before) and without them (after, requirements.txt alone)",
 }
 
 

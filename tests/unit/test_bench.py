@@ -26,6 +26,7 @@ OPTIONS = {
     "startup": "--rounds",
     "workshop": "--counts",
     "hosts": "Time a local storage refused",
+    "install": "--keep",
 }
 
 
