@@ -48,7 +48,12 @@ class LessonItem(NotebookItem):
 
     def runtest(self) -> None:
         from course_utils import solutions
-        from tests.notebook_runs import alarming_output, run_lesson, unexplained_red_lines
+        from tests.notebook_runs import (
+            alarming_output,
+            progress_text_not_final,
+            run_lesson,
+            unexplained_red_lines,
+        )
 
         result = run_lesson(
             Path(self.filename), "lessons", answered=True, timeout_s=self.config.option.nbmake_timeout
@@ -67,6 +72,12 @@ class LessonItem(NotebookItem):
                 f"{Path(self.filename).name} ran fine, but its output shows what a learner reads as 'it broke' "
                 "(see the executed copy under build/tests/lessons/; Ray's own logs belong in its log folder, "
                 "course_utils.logs):\n  " + "\n  ".join(alarming)
+            )
+        stale = progress_text_not_final(result.nb)
+        if stale:
+            raise AssertionError(
+                f"{Path(self.filename).name}: a progress bar's saved text is not its final state, so GitHub and "
+                "nbconvert show it unfinished (course_utils.bars):\n  " + "\n  ".join(stale)
             )
         unexplained = unexplained_red_lines(result.nb, Path(self.filename).name)
         if unexplained:

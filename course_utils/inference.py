@@ -289,10 +289,11 @@ def start_model_worker(checkpoint: Any, name: str | None = None):
 def predict_one_by_one(worker: Any, images: np.ndarray, progress: bool = True) -> np.ndarray:
     """One ``ray.get(worker.predict.remote(x))`` per digit: the simplest way to serve a model with an actor."""
     import ray
-    from tqdm.auto import tqdm
+
+    from course_utils import bars
 
     predictions = []
-    for x in tqdm(images, desc="one call per image", disable=not progress):
+    for x in bars.bar(images, desc="one call per image", disable=not progress):
         predictions.append(ray.get(worker.predict.remote(x))[0])
     return np.asarray(predictions, dtype=np.int64)
 

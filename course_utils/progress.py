@@ -13,9 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tqdm.auto import tqdm
-
-from course_utils import history, polling, session, slots
+from course_utils import bars, history, polling, session, slots
 
 SHOWN = ("train_loss", "accuracy", "step", "world_size")  # what the bar's postfix shows, when reported
 WAIT_CHECK_S = 3.0  # before the first report, how often to ask whether the run waits for slots
@@ -52,7 +50,7 @@ def fit_progress(
     session.ready_for_fits()  # the controller's first request to Ray's autoscaling coordinator finds it up
     fs, folder = history.run_folder(config.storage_path, config.storage_filesystem, config.name)
     before = len(history.read_reports(fs, folder) or [])
-    bar = tqdm(total=total, initial=before, desc=desc or config.name, unit="report")
+    bar = bars.bar(total=total, initial=before, desc=desc or config.name, unit="report")
     bar.slots_waited_s = waited  # what bench workshop reports per learner
     seen = before
     label = bar.desc

@@ -369,7 +369,8 @@ def measure_ingest(pipelines: dict[str, Any], rounds: int = 3, progress: bool = 
     DataFrame with rows/s per pipeline and its speed-up over the first (slowest) one.
     """
     import pandas as pd
-    from tqdm.auto import tqdm
+
+    from course_utils import bars
 
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}.")
@@ -384,7 +385,7 @@ def measure_ingest(pipelines: dict[str, Any], rounds: int = 3, progress: bool = 
     times: dict[str, list[float]] = {name: [] for name in pipelines}
     rows: dict[str, int] = {}
     steps = [(r, name) for r in range(rounds + 1) for name in pipelines]
-    for r, name in tqdm(steps, desc="ingest rounds", disable=not progress):
+    for r, name in bars.bar(steps, desc="ingest rounds", disable=not progress):
         start = time.perf_counter()
         rows[name] = run(pipelines[name])
         if r > 0:  # round 0 is the warm-up

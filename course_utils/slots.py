@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tqdm.auto import tqdm
+from course_utils import bars
 
 
 def needed(scaling_config: Any) -> dict[str, float]:
@@ -102,7 +102,9 @@ def wait_for(
         now = free()
     if not short_of(need, now):
         return time.monotonic() - started
-    bar = tqdm(total=None, desc=waiting_line(need, now, total(), 0.0, what), bar_format="{desc}", leave=True)
+    bar = bars.bar(
+        total=None, desc=waiting_line(need, now, total(), 0.0, what), bar_format="{desc}", leave=True
+    )
     try:
         while short_of(need, now):
             time.sleep(poll_s)

@@ -18,9 +18,8 @@ import pandas as pd
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
 
-from course_utils import checkpoints, data
+from course_utils import bars, checkpoints, data
 from course_utils.config import Profile, get_profile
 from course_utils.device import get_device
 from course_utils.model import build_resnet18
@@ -55,9 +54,9 @@ def train_baseline(
     model = build_resnet18().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=profile.lr)
     rows = []
-    for epoch in tqdm(range(profile.epochs), desc=f"epochs on {device}", disable=not progress):
+    for epoch in bars.bar(range(profile.epochs), desc=f"epochs on {device}", disable=not progress):
         start = time.perf_counter()
-        batches = tqdm(train_loader, desc=f"epoch {epoch}", leave=False, disable=not progress)
+        batches = bars.bar(train_loader, desc=f"epoch {epoch}", leave=False, disable=not progress)
         train_loss, images = train_one_epoch(model, batches, optimizer, device)
         seconds = time.perf_counter() - start
         rows.append(

@@ -32,7 +32,8 @@ HOSTS = "real hosts: a head and two worker hosts sharing only the network (names
 DOCS_SITE = "the documentation site: ./build.sh docs, every page read in Chromium"
 COLAB = "Colab-shaped: a lesson alone in an empty folder, a fresh venv with Colab's stack, its install cell"
 
-LESSONS = lessons()  # notebooks/NN_*.ipynb in order, as ./build.sh course runs them
+LESSONS = lessons()
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"  # notebooks/NN_*.ipynb in order, as ./build.sh course runs them
 
 
 def run_lesson(path: Path, label: str, *, answered: bool, timeout_s: int = 600) -> NotebookResult:
@@ -140,6 +141,22 @@ def alarming_output(nb, name: str, *, shared_cluster: bool = False) -> list[str]
             found.append(f"cell {index} ({first!r}): a traceback ending {_exception_line(text)!r}")
         if REPORT_DUMP in text:
             found.append(f"cell {index} ({first!r}): {text.count(REPORT_DUMP)} {REPORT_DUMP!r} dump(s)")
+    return found
+
+
+def progress_text_not_final(nb) -> list[str]:
+    """Progress bars whose saved text form (what GitHub, nbviewer and nbconvert show) is not where the
+    bar ended (``course_utils.bars``): a widget output whose text reads fewer steps done than its total."""
+    found = []
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_VIEW not in data:
+                continue
+            text = data.get("text/plain", "")
+            done = re.search(r"\|\s*(\d+)/(\d+)\s*\[", text)
+            if done and int(done[1]) < int(done[2]):
+                found.append(f"cell {index}: a progress bar saved as {text.strip()[:100]!r}")
     return found
 
 
