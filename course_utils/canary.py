@@ -6,7 +6,8 @@ Run with the canary venv's Python (``build.sh canary`` makes ``.venv-canary``), 
    run on) with every ``==`` pin relaxed to ``>=`` (torch and torchvision stay pinned: they come from this
    machine's disk), no lock, upgrading everything to the newest that fits;
 2. ``pytest tests/unit``;
-3. every lesson (``python -m course_utils.run_course``, which attempts each one whatever the others did);
+3. every lesson (``python -m course_utils.run_course``, which attempts each one whatever the others did),
+   then every lesson alone in a fresh Colab-shaped venv (``tests/colab_tier``, ``--no-colab`` skips it);
 4. the benches (``python -m course_utils.bench <name>``), each figure beside the pinned course's
    (``course_utils/bench/pinned.json``).
 
@@ -142,7 +143,7 @@ def first_error(output: str) -> str:
     return _short(errors[-1] if errors else (lines[-1] if lines else "no output"))
 
 
-def parse_pytest(output: str, returncode: int) -> Step:
+def parse_pytest(output: str, returncode: int, name: str = "unit tests (tests/unit)") -> Step:
     """pytest's outcome: its closing counts and, when something failed, the first failing test."""
     counts = ""
     for line in reversed(output.splitlines()):
@@ -156,7 +157,7 @@ def parse_pytest(output: str, returncode: int) -> Step:
     detail = counts or f"pytest exited {returncode}"
     if not ok:
         detail += f"; first: {failing}" if failing else f"; {first_error(output)}"
-    return Step("unit tests (tests/unit)", ok, _short(detail, 300))
+    return Step(name, ok, _short(detail, 300))
 
 
 def parse_course_table(output: str) -> list[Lesson]:
@@ -392,6 +393,15 @@ def lessons(out_dir: Path, selected: Sequence[str], report: Report) -> None:
         report.steps.append(Step("lessons (run_course)", False, f"exit {code}: {first_error(output)}"))
 
 
+def colab_lessons(out_dir: Path, report: Report) -> None:
+    """Every lesson alone in a fresh Colab-shaped venv, installed by its own install cell
+    (tests/colab_tier; CI runs three of them): what a Colab learner gets from PyPI this week."""
+    command = [sys.executable, "-m", "pytest", "tests/colab_tier", "-q", "-p", "no:cacheprovider"]
+    env = dict(child_env(out_dir, False), COURSE_COLAB_LESSONS="all")
+    code, output = run(command, out_dir / "logs" / "colab-tier.log", 3 * 3600, env)
+    report.steps.append(parse_pytest(output, code, "Colab-shaped: every lesson alone (tests/colab_tier)"))
+
+
 def benches(out_dir: Path, names: Sequence[str], report: Report) -> None:
     pinned = json.loads(PINNED.read_text())["benches"]
     for name in names:
@@ -408,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--lessons", nargs="*", default=[], metavar="NN", help="only these lessons, e.g. 01 02"
     )
     parser.add_argument("--no-bench", action="store_true", help="skip the benches (they take ≈ 20 min)")
+    parser.add_argument(
+        "--no-colab", action="store_true", help="skip the Colab-shaped run of every lesson (≈ 15 min)"
+    )
     parser.add_argument("--benches", nargs="*", default=list(BENCHES), choices=BENCHES, metavar="NAME")
     parser.add_argument("--no-install", action="store_true", help="use the venv as it is (a re-run)")
     parser.add_argument(
@@ -426,6 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_install or install(out_dir, report, args.relax_all):
         unit_tests(out_dir, report)
         lessons(out_dir, args.lessons, report)
+        if not args.no_colab:
+            colab_lessons(out_dir, report)
         if not args.no_bench:
             benches(out_dir, args.benches, report)
     table = format_table(report)

@@ -211,3 +211,23 @@ def test_canary_imports_nothing_but_the_standard_library():
     import sys
 
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def test_the_canary_runs_every_lesson_alone_colab_shaped(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_run(command, log, timeout, env):
+        calls.append((command, env))
+        return (
+            1,
+            "FAILED tests/colab_tier/test_colab.py::test_a_lesson_alone[04] - boom\n1 failed, 5 passed in 901.2s",
+        )
+
+    monkeypatch.setattr(canary, "run", fake_run)
+    report = canary.Report()
+    canary.colab_lessons(tmp_path, report)
+    ((command, env),) = calls
+    assert "tests/colab_tier" in command and env["COURSE_COLAB_LESSONS"] == "all"
+    (step,) = report.steps
+    assert step.name.startswith("Colab-shaped") and step.ok is False
+    assert "1 failed, 5 passed" in step.detail and "[04]" in step.detail
