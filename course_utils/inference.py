@@ -487,6 +487,7 @@ class BatchTiming:
     steady_rate: float  # images/s after the first predictions
     started_at: float = 0.0  # time.time() when the pipeline was built: to line up with Ray's task events
     pool: PoolPlan | None = None  # the pool that ran it (sized to the cluster when it started)
+    first_batch_rows: int = 0  # the rows of the first predictions, counted in start-up, not the steady rate
 
     @property
     def rate(self) -> float:
@@ -530,7 +531,9 @@ def time_batch_inference(
         )
     startup = timings["first_batch_at"] - start
     steady = (len(images) - timings["first_batch_rows"]) / max(seconds - startup, 1e-9)
-    return BatchTiming(len(images), seconds, startup, steady, started_at, pool)
+    return BatchTiming(
+        len(images), seconds, startup, steady, started_at, pool, int(timings["first_batch_rows"])
+    )
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,11 @@ class Publication:
         or resumes the learner's own (``quickstart``)."""
         return f"https://codespaces.new/{self.repository}/tree/{self.branch}?quickstart=1"
 
+    def page_url(self, path: str) -> str:
+        """A file of the repository on GitHub at the branch (a lesson's link to ``docs/gpu.md``: it
+        opens from Colab, JupyterLab and the site alike)."""
+        return f"https://github.com/{self.repository}/blob/{self.branch}/{path}"
+
     def source(self) -> str:
         """What a lesson's install cell gives pip: the course at the branch the lesson came from."""
         return f"git+https://github.com/{self.repository}@{self.branch}"

@@ -34,6 +34,29 @@ def lessons(selected: list[str] | None = None, root: Path = REPO_ROOT) -> list[P
     return found
 
 
+# How long a lesson takes to read (README's learning path; CONTRIBUTING.md, "The learning path's minutes"):
+# its prose at 200 words a minute and its code at 10 lines a minute, main path and Going further alike.
+PROSE_WORDS_PER_MIN = 200
+CODE_LINES_PER_MIN = 10
+
+
+def reading_minutes(notebook: Path) -> int:
+    """Minutes to read ``notebook`` (its markdown words and non-blank code lines, at the rates above),
+    rounded to the nearest 5 (at least 5): a reader's pace varies more than that."""
+    import json
+    import re
+
+    words = lines = 0
+    for cell in json.loads(Path(notebook).read_text())["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            words += len(re.findall(r"\S+", re.sub(r"```.*?```", " ", text, flags=re.S)))
+        elif cell["cell_type"] == "code":
+            lines += sum(1 for line in text.splitlines() if line.strip())
+    minutes = words / PROSE_WORDS_PER_MIN + lines / CODE_LINES_PER_MIN
+    return max(5, 5 * round(minutes / 5))
+
+
 class LessonFailed(RuntimeError):
     """A lesson stopped at an error: how long it ran and the error's first line."""
 

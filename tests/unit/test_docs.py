@@ -12,6 +12,7 @@ import pytest
 
 from course_utils.bench import COMMANDS, report
 from course_utils.config import REPO_ROOT
+from course_utils.run_course import reading_minutes
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
@@ -63,10 +64,15 @@ def test_readme_gives_the_learning_path_and_links_every_document():
     assert [re.search(r"\((notebooks/[^)]+)\)", row)[1] for row in rows] == [
         f"notebooks/{n}" for n in lessons
     ]
-    for row in rows:
-        what, minutes = (cell.strip() for cell in row.strip("|").split("|")[1:3])
+    for row, lesson in zip(rows, lessons, strict=True):
+        what, minutes, read = (cell.strip() for cell in row.strip("|").split("|")[1:4])
         assert len(words(what)) <= 20, f"learning path: {what!r} is over 20 words"
         assert float(minutes) > 0
+        # one rule for every lesson's reading time (course_utils.run_course.reading_minutes, CONTRIBUTING.md)
+        expected = reading_minutes(REPO_ROOT / "notebooks" / lesson)
+        assert int(read) == expected, (
+            f"{lesson}: README says {read} reading minutes, the rule gives {expected}"
+        )
     for target in [*(f"docs/{name}" for name in READERS), "CONTRIBUTING.md", "CHANGELOG.md", "LICENSE"]:
         assert f"]({target})" in text, f"README.md does not link {target}"
     for workflow in ("ci.yml", "canary.yml", "gpu.yml"):

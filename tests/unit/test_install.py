@@ -169,3 +169,13 @@ def test_the_solutions_ship_in_the_package(monkeypatch, tmp_path):
     assert solutions.solutions_dir() == REPO_ROOT / "notebooks" / "solutions"
     monkeypatch.setattr(solutions, "REPO_ROOT", tmp_path)
     assert solutions.solutions_dir() == Path(solutions.__file__).resolve().parent / "_solutions"
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.name[:2] for lesson in LESSONS])
+def test_each_lesson_links_the_gpu_page_through_the_setting(lesson: Path):
+    text = lesson.read_text()
+    assert PUB.page_url("docs/gpu.md") in text, f"{lesson.name} mentions GPUs without linking docs/gpu.md"
+    for url in re.findall(r"https://github\.com/[^)\s\"\\]+/blob/[^)\s\"\\]+", text):
+        path = url.removeprefix(PUB.page_url(""))
+        assert url.startswith(PUB.page_url("")), f"{lesson.name}: {url} is not built from [tool.course]"
+        assert (REPO_ROOT / path).is_file(), f"{lesson.name}: {url} names no file of the repository"
