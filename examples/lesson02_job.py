@@ -42,7 +42,9 @@ def main() -> None:
         ),
     )
     result = trainer.fit()
-    print(f"job done: run {RUN_NAME}, accuracy {result.metrics['accuracy']:.3f}, checkpoint {result.checkpoint.path}")
+    print(
+        f"job done: run {RUN_NAME}, accuracy {result.metrics['accuracy']:.3f}, checkpoint {result.checkpoint.path}"
+    )
 
 
 if __name__ == "__main__":
