@@ -82,7 +82,7 @@ if importlib.util.find_spec("course_utils") is None:
 
     before = {{d.name: d.version for d in distributions()}}
     started = time.monotonic()
-    # The course at this lesson's version; {SOURCE_ENV} names another (a fork, a wheel).
+    # The course from the branch this lesson comes from; {SOURCE_ENV} names another (a fork, a wheel).
     github = "{pub.source()}"
     source = os.environ.get("{SOURCE_ENV}", github)
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--root-user-action=ignore"]
