@@ -144,9 +144,25 @@ def alarming_output(nb, name: str, *, shared_cluster: bool = False) -> list[str]
     return found
 
 
+def _bar_value(state: dict, model_id: str) -> int | None:
+    """The value of the progress bar inside tqdm's widget ``model_id``, from the notebook's saved widget
+    state (what JupyterLab showed last), or None when it was not saved."""
+    children = state.get(model_id, {}).get("state", {}).get("children", [])
+    for child in children:
+        model = state.get(child.removeprefix("IPY_MODEL_"), {})
+        if model.get("model_name", "").endswith("ProgressModel"):
+            return int(model.get("state", {}).get("value", 0))
+    return None
+
+
 def progress_text_not_final(nb) -> list[str]:
     """Progress bars whose saved text form (what GitHub, nbviewer and nbconvert show) is not where the
-    bar ended (``course_utils.bars``): a widget output whose text reads fewer steps done than its total."""
+    bar ended (``course_utils.bars``): a widget output whose text reads another count than the widget's
+    last state, or, where no widget state was saved, fewer steps than its total. A bar of a run that
+    failed on purpose ends short, and says so."""
+    state = (
+        nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    )
     found = []
     for index, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []):
@@ -155,7 +171,10 @@ def progress_text_not_final(nb) -> list[str]:
                 continue
             text = data.get("text/plain", "")
             done = re.search(r"\|\s*(\d+)/(\d+)\s*\[", text)
-            if done and int(done[1]) < int(done[2]):
+            if not done:
+                continue
+            final = _bar_value(state, data[WIDGET_VIEW].get("model_id", ""))
+            if (int(done[1]) != final) if final is not None else (int(done[1]) < int(done[2])):
                 found.append(f"cell {index}: a progress bar saved as {text.strip()[:100]!r}")
     return found
 
