@@ -13,8 +13,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-
 
 def bar(*args: Any, **kwargs: Any) -> Any:
     """``tqdm.auto.tqdm(*args, **kwargs)``; in a notebook, one whose saved text is its final state."""

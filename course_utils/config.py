@@ -13,9 +13,6 @@ for ``COURSE_STORAGE`` (called by ``session.start_ray``, ``storage.ray_storage``
 - ``COURSE_STORAGE``: where Ray Train writes runs and checkpoints: a local folder, a shared
   mount, or ``s3://bucket/prefix`` (default ``<home>/storage``).
 
-``<home>`` (``course_home``) is the repository in a checkout; where the package was installed on
-its own (Colab, a lesson downloaded alone: the lesson's install cell), the folder the notebook runs
-in, so that everything a lesson writes stays beside it.
 - ``COURSE_S3_ENDPOINT``: URL of an S3-compatible store (MinIO, Ceph, a local moto server) when
   ``COURSE_STORAGE`` is ``s3://...``; unset means AWS. Credentials come from the standard
   ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_TOKEN``, ``AWS_REGION``).
@@ -23,6 +20,10 @@ in, so that everything a lesson writes stays beside it.
   ``COURSE_STORAGE`` and one cluster: each learner's runs and outputs live in
   ``<COURSE_STORAGE>/course-<learner>/`` and the course's actors in the Ray namespace
   ``course-<learner>``, so lesson 06 removes only that learner's things.
+
+``<home>`` (``course_home``) is the repository in a checkout; where the package was installed on
+its own (Colab, a lesson downloaded alone: the lesson's install cell), the folder the notebook runs
+in, so that everything a lesson writes stays beside it.
 """
 
 from __future__ import annotations

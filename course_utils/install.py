@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from course_utils.canary import normalise
 from course_utils.config import REPO_ROOT
 
 INSTALL_CELL_ID = "install"
@@ -95,18 +96,14 @@ if importlib.util.find_spec("course_utils") is None:
     print(installed_summary(before, time.monotonic() - started, done.stderr))'''
 
 
-def _key(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def installed_summary(before: Mapping[str, str], seconds: float, pip_stderr: str = "") -> str:
     """One line after the install cell's pip run: the course's version, how many packages came or
     changed (Ray's version among them), whether the runtime's torch and torchvision stayed, and how
     long it took; pip's warnings (kept from a successful run) are counted, with the first one."""
     from importlib.metadata import distributions, version
 
-    was = {_key(name): ver for name, ver in before.items()}
-    now = {_key(d.name): d.version for d in distributions()}
+    was = {normalise(name): ver for name, ver in before.items()}
+    now = {normalise(d.name): d.version for d in distributions()}
     changed = sorted(name for name, ver in now.items() if was.get(name) != ver and name != "course-utils")
     parts = [
         f"Installed course_utils {version('course_utils')} with {len(changed)} package(s) it needs "
@@ -124,6 +121,11 @@ def installed_summary(before: Mapping[str, str], seconds: float, pip_stderr: str
     if warnings:
         parts.append(f"pip warned ({len(warnings)} line(s)), first: {warnings[0]}")
     return "; ".join(parts) + "."
+
+
+def _source_lines(text: str) -> list[str]:
+    """``text`` as a saved notebook cell's ``source``: one string per line, each but the last with its newline."""
+    return text.splitlines(keepends=True)
 
 
 def _lessons(notebooks: Path) -> list[Path]:
@@ -161,14 +163,14 @@ def sync(
         )
         if not write:
             continue
-        cells[0]["source"] = [line + "\n" for line in lines[:-1]] + [lines[-1]]
+        cells[0]["source"] = _source_lines(title)
         cell = {
             "cell_type": "code",
             "execution_count": None,
             "id": INSTALL_CELL_ID,
             "metadata": {},
             "outputs": [],
-            "source": [line + "\n" for line in source.split("\n")[:-1]] + [source.split("\n")[-1]],
+            "source": _source_lines(source),
         }
         if has_cell:
             cells[1] = cell

@@ -40,17 +40,23 @@ PROSE_WORDS_PER_MIN = 200
 CODE_LINES_PER_MIN = 10
 
 
+def prose_words(markdown: str) -> int:
+    """Words a learner reads in a markdown cell: fenced code is not prose, everything else is."""
+    import re
+
+    return len(re.findall(r"\S+", re.sub(r"```.*?```", " ", markdown, flags=re.DOTALL)))
+
+
 def reading_minutes(notebook: Path) -> int:
     """Minutes to read ``notebook`` (its markdown words and non-blank code lines, at the rates above),
     rounded to the nearest 5 (at least 5): a reader's pace varies more than that."""
     import json
-    import re
 
     words = lines = 0
     for cell in json.loads(Path(notebook).read_text())["cells"]:
         text = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
-            words += len(re.findall(r"\S+", re.sub(r"```.*?```", " ", text, flags=re.S)))
+            words += prose_words(text)
         elif cell["cell_type"] == "code":
             lines += sum(1 for line in text.splitlines() if line.strip())
     minutes = words / PROSE_WORDS_PER_MIN + lines / CODE_LINES_PER_MIN

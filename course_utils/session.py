@@ -297,8 +297,8 @@ def start_ray(
             if not config.in_checkout():
                 # Installed on its own (a lesson's install cell): the default folders are the
                 # notebook's, which a worker (started in Ray's session folder) cannot guess.
-                for key in ("COURSE_DATA", "COURSE_STORAGE"):
-                    os.environ.setdefault(key, _course_settings(profile)[key])
+                os.environ.setdefault("COURSE_DATA", str(config.data_root()))
+                os.environ.setdefault("COURSE_STORAGE", config.storage_root())
             for key, value in RAYLET_ENV.items():
                 os.environ.setdefault(key, value)  # the raylet this ray.init starts reads it
             cpus = num_cpus or max(os.cpu_count() or 1, LOCAL_MIN_CPUS)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
+from course_utils.canary import normalise
 from course_utils.config import REPO_ROOT
 
 # What a Colab runtime has before a lesson runs (the issue's list), by distribution name.
@@ -64,17 +64,13 @@ sys.exit(status)
 """
 
 
-def _key(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def stack_closure(names: tuple[str, ...] = STACK) -> dict[str, Distribution]:
     """The stack's distributions in this Python, with every distribution they require (markers
     evaluated here, extras not followed), by normalised name."""
     found: dict[str, Distribution] = {}
     todo = list(names)
     while todo:
-        name = _key(todo.pop())
+        name = normalise(todo.pop())
         if name in found:
             continue
         dist = distribution(name)
@@ -100,7 +96,7 @@ def make_venv(root: Path) -> Path:
             text=True,
         ).stdout.strip()
     )
-    present = {_key(p.name.split("-")[0]) for p in target.glob("*.dist-info")}
+    present = {normalise(p.name.split("-")[0]) for p in target.glob("*.dist-info")}
     for name, dist in stack_closure().items():
         if name in present:
             continue

@@ -16,6 +16,7 @@ from nbmake.nb_run import NotebookRun
 
 from course_utils import solutions
 from course_utils.config import build_root
+from course_utils.docsite import WIDGET_STATE, WIDGET_VIEW
 from course_utils.run_course import lessons
 
 # The paths a learner takes (CONTRIBUTING.md, "Tests"); tests mark themselves with
@@ -32,8 +33,7 @@ HOSTS = "real hosts: a head and two worker hosts sharing only the network (names
 DOCS_SITE = "the documentation site: ./build.sh docs, every page read in Chromium"
 COLAB = "Colab-shaped: a lesson alone in an empty folder, a fresh venv with Colab's stack, its install cell"
 
-LESSONS = lessons()
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"  # notebooks/NN_*.ipynb in order, as ./build.sh course runs them
+LESSONS = lessons()  # notebooks/NN_*.ipynb in order, as ./build.sh course runs them
 
 
 def run_lesson(path: Path, label: str, *, answered: bool, timeout_s: int = 600) -> NotebookResult:
@@ -160,9 +160,7 @@ def progress_text_not_final(nb) -> list[str]:
     bar ended (``course_utils.bars``): a widget output whose text reads another count than the widget's
     last state, or, where no widget state was saved, fewer steps than its total. A bar of a run that
     failed on purpose ends short, and says so."""
-    state = (
-        nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
-    )
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     found = []
     for index, cell in enumerate(nb.cells):
         for out in cell.get("outputs", []):

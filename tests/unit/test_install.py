@@ -17,6 +17,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from course_utils import config, docsite, install, solutions
+from course_utils.canary import normalise
 from course_utils.config import REPO_ROOT
 from course_utils.run_course import lessons
 
@@ -32,7 +33,7 @@ def _pins() -> dict[str, str]:
             line = line.split("#")[0].strip()
             if "==" in line:
                 req = Requirement(line)
-                pins[install._key(req.name)] = next(iter(req.specifier)).version
+                pins[normalise(req.name)] = next(iter(req.specifier)).version
     return pins
 
 
@@ -139,12 +140,12 @@ def test_pyprojects_ranges_hold_the_versions_ci_runs():
     pins = _pins()
     for line in dependencies:
         req = Requirement(line)
-        name = install._key(req.name)
+        name = normalise(req.name)
         assert name in pins, f"{name} is a dependency of the package but not pinned in requirements.txt"
         assert req.specifier.contains(pins[name], prereleases=True), f"{line} excludes CI's {pins[name]}"
         if name in ("ray", "jsonschema", "torchdata"):
             assert str(req.specifier) == f"=={pins[name]}", line
-    assert "ray" in {install._key(Requirement(d).name) for d in dependencies}
+    assert "ray" in {normalise(Requirement(d).name) for d in dependencies}
 
 
 def test_outside_a_checkout_the_course_writes_beside_the_notebook(monkeypatch, tmp_path):

@@ -16,6 +16,7 @@ import re
 
 import pytest
 
+from course_utils.run_course import prose_words
 from tests.notebook_runs import LESSONS
 
 UNIT = r"(?:ms|s|min|minutes?|seconds?|%|×|x|images/s|img/s|rows/s)"
@@ -75,11 +76,6 @@ def test_lesson_prose_states_no_measured_figure(lesson):
 MAIN_PATH_WORDS = 1800  # a lesson's prose before its "Going further" part
 CELL_WORDS = 250  # any one markdown cell
 GOING_FURTHER = re.compile(r"^#+ .*going further", re.IGNORECASE)
-
-
-def prose_words(markdown: str) -> int:
-    """Words a learner reads in a markdown cell: fenced code is not prose, everything else is."""
-    return len(re.findall(r"\S+", re.sub(r"```.*?```", " ", markdown, flags=re.DOTALL)))
 
 
 def main_path_and_going_further(cells: list[dict]) -> tuple[list[str], list[str]]:
