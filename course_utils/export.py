@@ -27,10 +27,11 @@ MARKER = "#@save"
 PACKAGE = Path(__file__).resolve().parent
 NOTEBOOKS = PACKAGE.parent / "notebooks"
 
-_DOC = '''"""{what}, exported from the lessons' ``#@save`` cells. GENERATED: do not edit.
+_DOC = '''"""{what}, exported from the lessons' ``#@save`` cells.
 
-Edit the cell in the lesson named above each definition, then run ``./build.sh export``
-(``course_utils.export``); ``tests/unit/test_export.py`` fails while the two differ.
+GENERATED: do not edit. Edit the cell in the lesson named above each definition,
+then run ``./build.sh export`` (``course_utils.export``); ``tests/unit/test_export.py``
+fails while the two differ. Lines stay within 88 characters, as in the lessons.
 """
 
 from __future__ import annotations
@@ -52,7 +53,12 @@ import ray.train.torch
 import torch
 
 from course_utils import data, faults
-from course_utils.checkpoints import load_state, rank0_checkpoint, set_rng_state, training_state
+from course_utils.checkpoints import (
+    load_state,
+    rank0_checkpoint,
+    set_rng_state,
+    training_state,
+)
 from course_utils.columns import IMAGE, LABEL, image_label_pairs
 from course_utils.model import build_resnet18, unwrap
 from course_utils.plan import per_worker_batch
@@ -126,7 +132,7 @@ def render(cells: list[SavedCell], module: str = "lesson_code.py") -> str:
     parts = [MODULES[module][1]]
     for cell in cells:
         if module_for(cell) == module:
-            parts.append(f"\n\n# From {cell.where()}.\n{cell.code}")
+            parts.append(f"\n\n# From {cell.lesson}, cell {cell.index}:\n# {cell.title!r}.\n{cell.code}")
     return "".join(parts)
 
 

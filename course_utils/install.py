@@ -73,8 +73,9 @@ def publication(pyproject: Path = REPO_ROOT / "pyproject.toml") -> Publication:
 def install_cell(pub: Publication) -> str:
     """The source of every lesson's first code cell: the same text in each lesson."""
     return f'''\
-# Colab, or this notebook on its own: install the course's packages first (a minute or two).
-# In a clone of the course set up with ./build.sh, course_utils is there: this does nothing.
+# Colab, or this notebook on its own: install the course's packages first (a minute
+# or two). In a clone of the course set up with ./build.sh, course_utils is there:
+# this does nothing.
 import importlib.util
 
 if importlib.util.find_spec("course_utils") is None:
@@ -83,13 +84,15 @@ if importlib.util.find_spec("course_utils") is None:
 
     before = {{d.name: d.version for d in distributions()}}
     started = time.monotonic()
-    # The course from the branch this lesson comes from; {SOURCE_ENV} names another (a fork, a wheel).
+    # The course from the branch this lesson comes from; {SOURCE_ENV} names
+    # another (a fork, a wheel).
     github = "{pub.source()}"
     source = os.environ.get("{SOURCE_ENV}", github)
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--root-user-action=ignore"]
-    done = subprocess.run([*pip, f"course_utils @ {{source}}"], capture_output=True, text=True)
+    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+    pip += ["--root-user-action=ignore", f"course_utils @ {{source}}"]
+    done = subprocess.run(pip, capture_output=True, text=True)
     if done.returncode:
-        raise RuntimeError(f"pip could not install the course from {{source}}:\\n{{done.stderr}}")
+        raise RuntimeError(f"pip could not install {{source}}:\\n{{done.stderr}}")
     importlib.invalidate_caches()
     from course_utils.install import installed_summary
 

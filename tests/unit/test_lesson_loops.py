@@ -12,7 +12,8 @@ from course_utils import export
 from tests.notebook_runs import LESSONS
 
 SHOWN = re.compile(r"show_source\(([\w.]+)\)")
-IMPORTED = re.compile(r"from course_utils\.(\w+) import ([\w, ]+)")
+# `from course_utils.x import a, b` or the same wrapped in parentheses over several lines
+IMPORTED = re.compile(r"from course_utils\.(\w+) import (?:\(([\w,\s]+)\)|([\w, ]+))")
 
 # lesson -> calls the shown code must contain
 TEACHES = {
@@ -53,7 +54,12 @@ def shown_sources(lesson) -> dict[str, str]:
     and of every function its ``#@save`` cells define (written in the lesson itself)."""
     nb = json.loads(lesson.read_text())
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    imported = {name.strip(): module for module, names in IMPORTED.findall(code) for name in names.split(",")}
+    imported = {
+        name.strip(): module
+        for module, wrapped, names in IMPORTED.findall(code)
+        for name in (wrapped or names).split(",")
+        if name.strip()
+    }
     out = {}
     for name in SHOWN.findall(code):
         first, *attrs = name.split(".")  # `loop`, `module.loop` or `Class.method`, `module.Class.method`

@@ -89,3 +89,19 @@ def test_first_error_line_names_the_failing_section_and_skips_cells_failing_on_p
 )
 def test_one_line(text, expected):
     assert run_course.one_line(text) == expected
+
+
+def test_reading_minutes_count_code_by_names_so_wrapping_changes_nothing(tmp_path):
+    def notebook(code: str) -> Path:
+        path = tmp_path / f"{len(code)}.ipynb"
+        cells = [{"cell_type": "markdown", "source": "word " * 1000}]
+        cells += [{"cell_type": "code", "source": code}] * 40
+        path.write_text(json.dumps({"cells": cells}))
+        return path
+
+    one_line = "metrics = epoch_metrics(model, test_loader, device, epoch, train_loss, images, seconds)\n"
+    wrapped = "metrics = epoch_metrics(\n    model,\n    test_loader,\n    device,\n    epoch,\n"
+    wrapped += "    train_loss,\n    images,\n    seconds,\n)\n"
+    # 1,000 prose words (5 min) and 40 x 9 names (4.8 min): 10 either way
+    assert run_course.reading_minutes(notebook(one_line)) == 10
+    assert run_course.reading_minutes(notebook(wrapped)) == 10
