@@ -27,7 +27,7 @@ MARKER = "#@save"
 PACKAGE = Path(__file__).resolve().parent
 NOTEBOOKS = PACKAGE.parent / "notebooks"
 
-_DOC = '''"""{what}, exported from the lessons' ``#@save`` cells.
+_DOC = '''"""{what}, from the lessons' ``#@save`` cells.
 
 GENERATED: do not edit. Edit the cell in the lesson named above each definition,
 then run ``./build.sh export`` (``course_utils.export``); ``tests/unit/test_export.py``
@@ -67,11 +67,17 @@ from course_utils.steps import epoch_metrics, train_one_epoch
     ),
     "lesson_inference.py": (
         ("05",),
-        _DOC.format(what="The batch predictor lesson 05 teaches")
+        _DOC.format(what="Lesson 05's model actor and batch pipeline")
         + """
+import os
+import time
+
 import numpy as np
+import ray
+import ray.data
 import torch
 
+from course_utils import checkpoints, config, inference, slots
 from course_utils.device import get_device
 from course_utils.inference import load_torchscript
 from course_utils.pixels import to_model_input

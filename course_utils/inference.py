@@ -1,19 +1,18 @@
-"""Predictions from a training checkpoint: one Ray actor per model, or a pool over Ray Data.
+"""Predictions from a training checkpoint: the plumbing around lesson 05's model actor and pool.
 
-Two ways to serve the same checkpoint, so lesson 05 can compare them:
-
-- ``ModelWorker``: a Ray actor that loads the model once and answers ``predict`` calls. Lesson 05
-  calls it once per image (``ray.get(worker.predict.remote(x))``), paying a
-  round trip and a batch-of-one forward pass for every digit.
-- ``batch_predict``: lesson 05's ``BatchPredictor`` (written in its #@save cell, exported to
-  ``course_utils.lesson_inference``), a callable class for ``Dataset.map_batches`` run by a pool of actors
-  (``ray.data.ActorPoolStrategy``): the driver traces the model to TorchScript once
-  (``torchscript_bytes``); each actor loads those bytes once (frozen, oneDNN fusions: ≈ 1.5× eager
-  images/s on CPU) and scores whole batches, without importing the model's code.
+Lesson 05 writes the two ways to serve a checkpoint in its ``#@save`` cells (exported to
+``course_utils.lesson_inference``): ``ModelWorker``/``start_model_worker``, a Ray actor that loads
+the model once and answers ``predict`` calls (once per image: a round trip and a batch-of-one
+forward pass per digit), and ``BatchPredictor``/``batch_predict``, a class for
+``Dataset.map_batches`` run by a pool of actors (``ray.data.ActorPoolStrategy``). This module holds
+what they stand on: the resources an actor asks for and its course name, the pool sized to the
+free slots (``pool_for``), the model traced to TorchScript once on the driver
+(``torchscript_bytes``) and loaded by each actor (``load_torchscript``: frozen, oneDNN fusions,
+≈ 1.5× eager images/s on CPU), the Dataset of digits and the predictions pulled back.
 
 ``measure_throughput`` times per-image calls, Ray Data batch inference and a plain PyTorch
 ``model(batch)`` loop on the driver (the same model and batch size on the same cores, without
-Ray) side by side.
+Ray) side by side, running the lesson's own definitions, which it is given.
 
 Actors ask for one CPU, and for a GPU only when the cluster has one. Their names start with
 ``ACTOR_PREFIX`` and they live in the learner's Ray namespace (``config.learner_namespace()``,
@@ -26,6 +25,7 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -215,41 +215,6 @@ def load_torchscript(blob: bytes, device: torch.device) -> Any:
         return torch.jit.optimize_for_inference(model) if device.type == "cpu" else model
 
 
-class ModelWorker:
-    """A model held in memory by a Ray actor; ``predict`` answers with one class per digit.
-
-    Plain class: make it an actor with ``ray.remote(ModelWorker)`` (see ``start_model_worker``).
-    ``checkpoint`` is a checkpoint directory or a ``ray.train.Checkpoint`` (loaded once, here).
-    """
-
-    def __init__(self, checkpoint: Any) -> None:
-        start = time.perf_counter()
-        self.model, self.device = _load(checkpoint)
-        self.load_seconds = time.perf_counter() - start
-        self.calls = 0
-
-    @torch.inference_mode()
-    def predict(self, images: np.ndarray | torch.Tensor) -> np.ndarray:
-        """Predicted class (int64) for each digit; a single [28, 28] digit gives one prediction."""
-        self.calls += 1
-        logits = self.model(to_model_input(images).to(self.device))
-        return logits.argmax(dim=1).cpu().numpy()
-
-    def info(self) -> dict[str, Any]:
-        """Where this worker runs and what it has done, for the notebook to print (``where_it_runs``)."""
-        import ray
-
-        # The GPUs Ray reserved for this actor; outside Ray (a test) none, and no Ray started to ask.
-        gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
-        return {
-            "pid": os.getpid(),
-            "device": str(self.device),
-            "ray_gpu_ids": [str(i) for i in gpu_ids],
-            "load_seconds": round(self.load_seconds, 3),
-            "predict_calls": self.calls,
-        }
-
-
 def where_it_runs(info: dict[str, Any]) -> str:
     """One sentence from ``ModelWorker.info()``: the device torch uses, and why when it is not the GPU Ray
     reserved (a cluster that declares GPUs this machine does not have, as the GPU-shaped tests do)."""
@@ -264,26 +229,18 @@ def where_it_runs(info: dict[str, Any]) -> str:
     return where + (f" (Ray reserved GPU {', '.join(gpus)} for it)" if gpus else "")
 
 
-def start_model_worker(checkpoint: Any, name: str | None = None):
-    """Start a ``ModelWorker`` actor (1 CPU; 1 GPU only if the cluster has one) and return its handle.
-
-    The actor gets a name starting with ``ACTOR_PREFIX``, in the learner's namespace
-    ``course-<learner>``, so the cleanup lesson finds it (and never another learner's). On a busy
-    cluster it first waits in line, saying so, for the slots it needs (``slots.wait_for``).
-    """
-    import ray
-
-    from course_utils import slots
-    from course_utils.config import learner_namespace
-
-    actor_class = ray.remote(ModelWorker)
-    name = name or f"{ACTOR_PREFIX}model-worker-{os.getpid()}-{time.monotonic_ns()}"
+def actor_name(kind: str, name: str | None = None) -> str:
+    """A course actor's name: ``name`` or ``course-<kind>-<pid>-<ns>``, always starting with
+    ``ACTOR_PREFIX``, which is how lesson 06 finds the course's actors (and never another's)."""
+    name = name or f"{ACTOR_PREFIX}{kind}-{os.getpid()}-{time.monotonic_ns()}"
     if not name.startswith(ACTOR_PREFIX):
         raise ValueError(f"Course actor names start with {ACTOR_PREFIX!r}, got {name!r}.")
-    resources = model_worker_options()
-    slots.wait_for({"CPU": resources["num_cpus"], "GPU": resources.get("num_gpus", 0)}, "this model actor")
-    options = dict(name=name, namespace=learner_namespace(), **resources)
-    return actor_class.options(**options).remote(checkpoint)
+    return name
+
+
+def slots_needed(resources: dict[str, float]) -> dict[str, float]:
+    """``num_cpus``/``num_gpus`` options as the slots they need (``slots.wait_for``'s form)."""
+    return {"CPU": resources.get("num_cpus", 0), "GPU": resources.get("num_gpus", 0)}
 
 
 def predict_one_by_one(worker: Any, images: np.ndarray, progress: bool = True) -> np.ndarray:
@@ -342,39 +299,6 @@ def images_dataset(images: np.ndarray, labels: np.ndarray | None = None, blocks:
     # from_blocks keeps our blocks and computes their metadata here; from_arrow would start a
     # remote task per table just to read it back (seconds on a busy 2-core machine).
     return ray.data.from_blocks(tables)
-
-
-def batch_predict(
-    ds: Any,
-    checkpoint: Any,
-    predictor: type,
-    *,
-    pool: PoolPlan | None = None,
-    pool_size: int = 2,
-    batch_size: int = 256,
-    cpus_per_actor: float = 1,
-):
-    """Score every row of ``ds`` with a pool of model actors, each an instance of ``predictor`` (a lazy Dataset).
-
-    ``predictor`` is a ``map_batches`` class built from the traced model's bytes: lesson 05's
-    ``BatchPredictor``, written in its #@save cell (``course_utils.lesson_inference``).
-
-    ``pool`` is a ``PoolPlan``; by default ``pool_for(pool_size, cpus_per_actor)`` sizes one to the
-    cluster now (waiting in line when nothing is free). ``ActorPoolStrategy`` is how Ray spells an
-    actor pool since 2.51 (``concurrency=`` is deprecated); with ``num_cpus`` per actor Ray sets
-    ``OMP_NUM_THREADS``, so torch uses that many threads in the actor.
-    """
-    import ray.data
-
-    pool = pool or pool_for(pool_size, cpus_per_actor)
-    return ds.map_batches(
-        predictor,
-        fn_constructor_kwargs={"model": torchscript_bytes(checkpoint)},  # traced once, here
-        compute=ray.data.ActorPoolStrategy(size=pool.size),
-        batch_size=batch_size,
-        batch_format="numpy",
-        **pool.actor_options(),
-    )
 
 
 def collect_predictions(
@@ -508,12 +432,13 @@ def time_batch_inference(
     checkpoint: Any,
     images: np.ndarray,
     predictor: type,
+    pipeline: Callable[..., Any],
     *,
     pool_size: int = 2,
     batch_size: int = 256,
     cpus_per_actor: int = 1,
 ) -> BatchTiming:
-    """Time ``batch_predict`` over ``images`` end to end: Dataset, actor-pool start-up, model loading
+    """Time ``pipeline`` (lesson 05's ``batch_predict``) with ``predictor`` over ``images`` end to end: Dataset, actor-pool start-up, model loading
     and every prediction back on the driver. Four model batches per block: the first predictions
     come early, and the driver's per-block work stays small (one batch per block was slower here)."""
     labels = np.zeros(len(images), dtype=np.int64)
@@ -522,7 +447,7 @@ def time_batch_inference(
     ds = images_dataset(images, labels, blocks=max(pool.size * 4, len(images) // (batch_size * 4)))
     timings: dict[str, float] = {}
     _, predictions = collect_predictions(
-        batch_predict(ds, checkpoint, predictor, pool=pool, batch_size=batch_size), timings
+        pipeline(ds, checkpoint, predictor, pool=pool, batch_size=batch_size), timings
     )
     seconds = time.perf_counter() - start
     if len(predictions) != len(images):
@@ -601,6 +526,8 @@ def measure_throughput(
     checkpoint: Any,
     images: np.ndarray,
     predictor: type,
+    pipeline: Callable[..., Any],
+    start_worker: Callable[[Any], Any],
     *,
     per_image: int = 300,
     batch_copies: int = 1,
@@ -611,7 +538,9 @@ def measure_throughput(
     progress: bool = True,
     plain: bool = True,
 ) -> Throughput:
-    """Time the ways side by side on the same digits and the same checkpoint.
+    """Time the ways side by side on the same digits and the same checkpoint, with lesson 05's
+    ``predictor`` (``BatchPredictor``), ``pipeline`` (``batch_predict``) and ``start_worker``
+    (``start_model_worker``), so a learner's edits to those cells are what is measured.
 
     Per-image: ``per_image`` sequential ``ray.get(worker.predict.remote(x))`` calls on a
     loaded, warmed-up ``ModelWorker`` (its start-up is not counted). Batch: the whole Ray Data
@@ -634,12 +563,18 @@ def measure_throughput(
     # so that actor must not hold a CPU slot or one of Ray's prestarted worker processes meanwhile.
     wait_until_quiet()
     batch = time_batch_inference(
-        checkpoint, many, predictor, pool_size=pool_size, batch_size=batch_size, cpus_per_actor=cpus_per_actor
+        checkpoint,
+        many,
+        predictor,
+        pipeline,
+        pool_size=pool_size,
+        batch_size=batch_size,
+        cpus_per_actor=cpus_per_actor,
     )
 
     own_worker = worker is None
     if own_worker:
-        worker = start_model_worker(checkpoint)
+        worker = start_worker(checkpoint)
     try:
         ray.get(worker.predict.remote(images[:1]))  # loaded and warm before the clock starts
         wait_until_quiet()

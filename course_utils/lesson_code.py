@@ -1,4 +1,4 @@
-"""The Ray Train loops lessons 02-04 teach, exported from the lessons' ``#@save`` cells.
+"""The Ray Train loops lessons 02-04 teach, from the lessons' ``#@save`` cells.
 
 GENERATED: do not edit. Edit the cell in the lesson named above each definition,
 then run ``./build.sh export`` (``course_utils.export``); ``tests/unit/test_export.py``

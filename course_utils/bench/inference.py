@@ -1,6 +1,7 @@
 """``python -m course_utils.bench inference``: images/s of one ``ray.get(worker.predict.remote(x))``
 per digit vs Ray Data batch inference with an actor pool vs plain PyTorch (lesson 05), through
-``inference.measure_throughput``, the lesson's own measurement.
+``inference.measure_throughput``, the lesson's own measurement, with the lesson's own actor and
+pipeline (``course_utils.lesson_inference``).
 
 Lesson 05 measures after its section 06 has run a pipeline, so Ray Data's per-cluster service
 actors (stats, autoscaling coordinator, locality tracker: detached, started by the first pipeline
@@ -27,7 +28,7 @@ from course_utils.inference import (
     torchscript_bytes,
     wait_until_quiet,
 )
-from course_utils.lesson_inference import BatchPredictor
+from course_utils.lesson_inference import BatchPredictor, batch_predict, start_model_worker
 
 
 def main(argv: Sequence[str] | None = None) -> Throughput:
@@ -70,6 +71,7 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
         checkpoint,
         np.concatenate([images] * args.copies),
         BatchPredictor,
+        batch_predict,
         pool_size=args.pool_size,
         batch_size=args.batch_size,
         cpus_per_actor=args.cpus_per_actor,
@@ -78,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
         checkpoint,
         images,
         BatchPredictor,
+        batch_predict,
+        start_model_worker,
         per_image=args.per_image,
         batch_copies=args.copies,
         pool_size=args.pool_size,

@@ -7,7 +7,7 @@ import pytest
 
 from course_utils import cleanup, data, inference
 from course_utils.checkpoints import load_model
-from course_utils.lesson_inference import BatchPredictor
+from course_utils.lesson_inference import BatchPredictor, batch_predict, start_model_worker
 from course_utils.model import predict
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def test_model_worker_actor_serves_the_checkpoint(ray_session, checkpoint_dir, d
     import ray
 
     images, _ = digits
-    worker = inference.start_model_worker(checkpoint_dir)
+    worker = start_model_worker(checkpoint_dir)
     try:
         info = ray.get(worker.info.remote())
         one_by_one = inference.predict_one_by_one(worker, images[:20], progress=False)
@@ -51,7 +51,7 @@ def test_batch_inference_with_an_actor_pool_scores_every_digit(ray_session, chec
     images, labels = digits
     ds = inference.images_dataset(images, labels, blocks=4)
     got_labels, got_predictions = inference.collect_predictions(
-        inference.batch_predict(ds, checkpoint_dir, BatchPredictor, pool_size=2, batch_size=64)
+        batch_predict(ds, checkpoint_dir, BatchPredictor, pool=inference.pool_for(2), batch_size=64)
     )
     expected = _expected(checkpoint_dir, images)
     assert len(got_predictions) == len(images)
@@ -65,7 +65,13 @@ def test_batch_inference_with_an_actor_pool_scores_every_digit(ray_session, chec
 def test_measure_throughput_runs_both_ways(ray_session, checkpoint_dir, digits):
     images, _ = digits
     result = inference.measure_throughput(
-        checkpoint_dir, images, BatchPredictor, per_image=10, progress=False
+        checkpoint_dir,
+        images,
+        BatchPredictor,
+        batch_predict,
+        start_model_worker,
+        per_image=10,
+        progress=False,
     )
     assert result.per_image_images == 10 and result.batch_images == len(images)
     assert result.per_image_seconds > 0 and result.batch_seconds > 0
@@ -78,7 +84,7 @@ def test_measure_throughput_runs_both_ways(ray_session, checkpoint_dir, digits):
 def test_kill_course_actors_leaves_none_alive(ray_session, checkpoint_dir):
     import ray
 
-    workers = [inference.start_model_worker(checkpoint_dir) for _ in range(2)]
+    workers = [start_model_worker(checkpoint_dir) for _ in range(2)]
     ray.get([w.info.remote() for w in workers])
     assert len(cleanup.course_actors()) == 2
     killed = cleanup.kill_course_actors()
@@ -120,7 +126,7 @@ def test_a_pool_on_a_full_cluster_waits_in_line_and_finishes_once_slots_free(
     threading.Thread(target=free_later, daemon=True).start()
     started = time.monotonic()
     timing = inference.time_batch_inference(
-        checkpoint_dir, images, BatchPredictor, pool_size=2, batch_size=64
+        checkpoint_dir, images, BatchPredictor, batch_predict, pool_size=2, batch_size=64
     )
     err = capsys.readouterr().err
     assert timing.images == len(images), "every digit scored"

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from course_utils import cleanup, config, inference, ownership, raydata
+from course_utils import cleanup, config, inference, lesson_inference, ownership, raydata
 from course_utils import storage as course_storage
 from tests.notebook_runs import SHARED
 
@@ -88,12 +88,12 @@ def test_kill_course_actors_leaves_a_teammates_actor_alive(ray_session, tmp_path
     assert ray.get_runtime_context().namespace == config.learner_namespace()  # start_ray joined it
     # A teammate's model server on the same cluster: same prefix, same class, their namespace.
     teammate = (
-        ray.remote(inference.ModelWorker)
+        ray.remote(lesson_inference.ModelWorker)
         .options(name="course-model-worker-bob", namespace="course-bob", num_cpus=1)
         .remote(checkpoint)
     )
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    mine = inference.start_model_worker(checkpoint)
+    mine = lesson_inference.start_model_worker(checkpoint)
     try:
         ray.get([teammate.info.remote(), mine.info.remote()])
         assert [(a["namespace"], a["name"][:19]) for a in cleanup.course_actors()] == [

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
 import pytest
 import torch
 
-from course_utils import data, inference
+from course_utils import data, inference, lesson_inference
 from course_utils.checkpoints import load_model
 from course_utils.lesson_inference import BatchPredictor
 from course_utils.model import predict
@@ -138,7 +139,7 @@ def test_model_worker_and_batch_predictor_agree_with_plain_pytorch(checkpoint_di
     images, labels = data.raw_arrays(train=False, size=64, root=mnist_root)
     expected = predict(load_model(checkpoint_dir), inference.to_model_input(images)).numpy()
 
-    worker = inference.ModelWorker(str(checkpoint_dir))  # the actor's class, run in-process
+    worker = lesson_inference.ModelWorker(str(checkpoint_dir))  # the actor's class, run in-process
     assert np.array_equal(worker.predict(images), expected)
     one_by_one = [int(worker.predict(x)[0]) for x in images[:8]]
     assert one_by_one == list(expected[:8])
@@ -249,5 +250,19 @@ def test_model_worker_info_outside_ray_starts_no_ray(checkpoint_dir):
 
     if ray.is_initialized():
         pytest.skip("another test left Ray running in this process")
-    info = inference.ModelWorker(checkpoint_dir).info()
+    info = lesson_inference.ModelWorker(checkpoint_dir).info()
     assert info["ray_gpu_ids"] == [] and not ray.is_initialized()
+
+
+def test_actor_name_is_the_courses_and_refuses_one_lesson_06_would_not_find():
+    made = inference.actor_name("model-worker")
+    assert made.startswith(f"{inference.ACTOR_PREFIX}model-worker-{os.getpid()}-")
+    assert made != inference.actor_name("model-worker")  # unique per call
+    assert inference.actor_name("model-worker", "course-mine") == "course-mine"
+    with pytest.raises(ValueError, match="start with 'course-'"):
+        inference.actor_name("model-worker", "mine")
+
+
+def test_slots_needed_reads_the_actor_options():
+    assert inference.slots_needed({"num_cpus": 1}) == {"CPU": 1, "GPU": 0}
+    assert inference.slots_needed({"num_cpus": 1, "num_gpus": 0.5}) == {"CPU": 1, "GPU": 0.5}
