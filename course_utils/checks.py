@@ -852,10 +852,41 @@ def resumable_problems(record: Any, crash_step: int) -> list[str]:
     return problems
 
 
+def global_step_problems(record: Any, steps_per_epoch: int) -> list[str]:
+    """What is wrong with the ``global_step`` rank 0 reported (empty: right): after epoch ``e`` it
+    must be ``steps_per_epoch * (e + 1)``, the optimizer steps of the whole run, so an attempt that
+    counts from 0 again (the count not kept in the checkpoint) is named as such."""
+    for attempt in (1, 2):
+        for report in record.reports(0, attempt):
+            metrics = report["metrics"]
+            epoch, got = metrics.get("epoch"), metrics.get("global_step")
+            if got is None:
+                return [
+                    f"attempt {attempt}'s report of epoch {epoch} has no 'global_step': add "
+                    "metrics['global_step'] = global_step before ray.train.report."
+                ]
+            expected = steps_per_epoch * (epoch + 1)
+            if got == expected:
+                continue
+            started = _first_epoch(record, attempt) or 0
+            if attempt == 2 and got == steps_per_epoch * (epoch + 1 - started):
+                return [
+                    f"attempt 2 counted global_step from 0 again (epoch {epoch}: {got}, expected "
+                    f"{expected}): keep it in the checkpoint (training_state(..., global_step=global_step)) "
+                    "and start from state['global_step'] on restore."
+                ]
+            return [
+                f"attempt {attempt}'s epoch {epoch} reported global_step {got}, expected {expected} "
+                f"({steps_per_epoch} optimizer steps an epoch on each rank): add len(loader) after each epoch."
+            ]
+    return []
+
+
 def check_resumable(train_fn: Any, exercise: str = "04.4") -> None:
     """Run the learner's per-worker function for real (2 workers, 512 digits, 3 epochs), crash rank 1
     once early in epoch 1 (after epoch 0's checkpoint), and say whether attempt 2 resumed: at epoch 1,
-    with the trained weights, ending with a history of every epoch once."""
+    with the trained weights, ending with a history of every epoch once, and reporting a
+    ``global_step`` that counts the whole run's optimizer steps across the restart."""
     from course_utils import fitcheck
 
     if _pending(exercise, train_fn):
@@ -878,15 +909,17 @@ def check_resumable(train_fn: Any, exercise: str = "04.4") -> None:
         max_failures=1,
         crash_step=crash_step,
     )
-    problems = resumable_problems(record, crash_step)
+    problems = resumable_problems(record, crash_step) or global_step_problems(
+        record, train_size // global_batch
+    )
     if problems:
         raise _ran_but(exercise, problems)
     first, resumed = (record.reports(0, attempt)[0]["metrics"]["train_loss"] for attempt in (1, 2))
     return _right(
         exercise,
         f"attempt 1 checkpointed epoch 0 and crashed in epoch 1; attempt 2 continued at epoch 1 with the "
-        f"trained weights (its loss {resumed:.3f}, the fresh start's {first:.3f}), and the final history "
-        f"has every epoch once.",
+        f"trained weights (its loss {resumed:.3f}, the fresh start's {first:.3f}), the final history "
+        f"has every epoch once, and global_step went on counting across the restart.",
     )
 
 

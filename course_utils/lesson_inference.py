@@ -42,7 +42,7 @@ class ModelWorker:
 
     def info(self) -> dict:
         """Where this actor runs and what it has done, for the notebook to print."""
-        # the GPUs Ray reserved for this actor (none outside Ray, where a test runs it)
+        # the GPUs Ray reserved for this actor (none when the class is used without Ray)
         gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
         return {
             "pid": os.getpid(),
@@ -55,7 +55,8 @@ class ModelWorker:
 
 def start_model_worker(checkpoint, name: str | None = None):
     """Start ``ModelWorker`` as a Ray actor: 1 CPU, a GPU where the cluster has one."""
-    resources = inference.model_worker_options()  # {"num_cpus": 1}, + "num_gpus": 1
+    # {"num_cpus": 1}, plus "num_gpus": 1 on a cluster with GPUs
+    resources = inference.model_worker_options()
     # On a busy cluster: wait in line, holding nothing, until those slots are free.
     slots.wait_for(inference.slots_needed(resources), "this model actor")
     actor = ray.remote(ModelWorker).options(

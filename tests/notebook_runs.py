@@ -67,7 +67,7 @@ FAILURES_ON_PURPOSE: dict[str, tuple[str, ...]] = {
         "# 07. A worker killed from outside, resumed at the exact batch",
         "# 08. Elastic training: the part you would write on a real cluster",
         "# 09. Troubleshooting: a hang when one rank skips report",
-        "# 14. Exercise 4: make a loop resumable",  # the check crashes the learner's loop once
+        "# 14. Exercise 4: count steps across a restart",  # the check crashes the learner's loop once
     ),
 }
 
@@ -327,7 +327,7 @@ RED_LINES: dict[str, dict[str, tuple[RedLine, ...]]] = {
             BARRIER_WARNING,
             COLLECTIVE_TIMEOUT,
         ),
-        "# 14. Exercise 4: make a loop resumable": (*_A_RANK_RAISES, CHECK_CRASH),
+        "# 14. Exercise 4: count steps across a restart": (*_A_RANK_RAISES, CHECK_CRASH),
     },
 }
 

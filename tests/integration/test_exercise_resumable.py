@@ -1,6 +1,6 @@
 """Lesson 04's resumable-loop exercise, checked for real: the check crashes rank 1 once early in epoch 1;
 the published solution resumes and passes, a loop that ignores the checkpoint (or restores only the
-weights) fails with a message that names it."""
+weights, or forgets its step count) fails with a message that names it."""
 
 import re
 
@@ -17,13 +17,13 @@ import ray.train
 import ray.train.torch
 import torch
 from course_utils import checkpoints, data, training
-from course_utils.checkpoints import load_state, rank0_checkpoint, training_state
+from course_utils.checkpoints import load_state, rank0_checkpoint, set_rng_state, training_state
 from course_utils.model import build_resnet18, unwrap
 from course_utils.training import epoch_metrics, per_worker_batch, train_one_epoch
 """
 
 SOLUTION = re.search(r"```python\n(.*?)```", solutions.solution("04.4"), re.S).group(1)
-RESTORE = """        optimizer.load_state_dict(state["optimizer"])
+RESTORE = """        set_rng_state(state["rng"])
         start_epoch, history = state["epoch"] + 1, state["history"]
 """
 
@@ -36,8 +36,13 @@ MISTAKES = {
     ),
     "weights but not the epoch": (
         RESTORE,
-        '        optimizer.load_state_dict(state["optimizer"])\n',
+        '        set_rng_state(state["rng"])\n',
         "restored the weights but not the epoch",
+    ),
+    "the step count not kept": (
+        '        global_step = state["global_step"]  # the count travels in the checkpoint\n',
+        "",
+        "counted global_step from 0 again",
     ),
 }
 

@@ -80,3 +80,39 @@ def test_a_failing_restore_and_a_crash_that_never_came_are_named():
 def test_placeholder_is_not_attempted(capsys):
     assert checks.check_resumable(...) is None
     assert 'checks.hint("04.4")' in capsys.readouterr().out
+
+
+def _with_steps(events: list[dict], count) -> list[dict]:
+    """The same events, each report carrying global_step = count(epoch, attempt)."""
+    for e in events:
+        if e["kind"] == "report":
+            e["metrics"] = {**e["metrics"], "global_step": count(e["metrics"]["epoch"], e["attempt"])}
+    return events
+
+
+def test_global_step_counted_across_the_restart_has_no_problems():
+    whole_run = lambda epoch, attempt: 8 * (epoch + 1)  # noqa: E731
+    record = _record(
+        _with_steps(_attempt(1, [0, 1, 2], crash=True), whole_run),
+        _with_steps(_attempt(2, [1, 2]), whole_run),
+    )
+    assert checks.global_step_problems(record, 8) == []
+
+
+@pytest.mark.parametrize(
+    ("count", "words"),
+    [
+        (None, "has no 'global_step'"),
+        (
+            lambda epoch, attempt: 8 * (epoch + 1) if attempt == 1 else 8 * epoch,
+            "counted global_step from 0 again",
+        ),
+        (lambda epoch, attempt: epoch + 1, "add len(loader) after each epoch"),
+    ],
+    ids=["not reported", "not kept in the checkpoint", "counts epochs, not steps"],
+)
+def test_each_wrong_global_step_is_named(count, words):
+    first, second = _attempt(1, [0, 1, 2], crash=True), _attempt(2, [1, 2])
+    if count is not None:
+        first, second = _with_steps(first, count), _with_steps(second, count)
+    assert words in "\n".join(checks.global_step_problems(_record(first, second), 8))
