@@ -519,7 +519,10 @@ class ExtraNode:
             self.process.wait(timeout=30)
             self.stopped_at = time.time()
             how = "shut down (SIGTERM)" if graceful else "killed (SIGKILL)"
-            print(f"[driver] extra node {how}: its processes, and the worker on it, are gone", flush=True)
+            node = f" {self.node_id[:12]}" if self.node_id else ""
+            print(
+                f"[driver] extra node{node} {how}: its processes, and any worker on it, are gone", flush=True
+            )
         if self.node_id and self.temp_dir is not None:  # it joined: nothing in its start-up output to read
             shutil.rmtree(self.temp_dir, ignore_errors=True)
 

@@ -157,7 +157,8 @@ def maybe_fail(
     if spec["how"] == "external":
         _write(spec, f"{os.getpid()}\n")  # the ExternalKiller on the driver takes it from here
         print(
-            f"[fault] rank {rank} (pid {os.getpid()}) at epoch {epoch}, step {step}: waiting to be killed",
+            f"[fault] rank {rank} (pid {os.getpid()}) at epoch {epoch}, step {step}: held here until "
+            "this process is killed or its worker group restarts",
             flush=True,
         )
         hold = spec.get("hold_s", EXTERNAL_HOLD_S)

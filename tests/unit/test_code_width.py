@@ -4,7 +4,7 @@ A lesson page of the site shows about 75 characters of a code block before it sc
 JupyterLab beside its file browser about 90; a comment goes above the line it explains, a long
 string is split into parts. This holds for the lessons' code cells, the modules generated from
 their ``#@save`` cells (what a learner opens from a traceback) and the published solutions (what
-a learner pastes into an exercise cell).
+a learner pastes into an exercise cell), and the code blocks in the lessons' prose.
 """
 
 from __future__ import annotations
@@ -36,13 +36,22 @@ def test_the_rule_itself():
     assert too_long("z" * 88, "here") == []
 
 
+FENCED = re.compile(r"```\w*\n(.*?)```", re.S)
+
+
+def lesson_code(lesson: Path) -> list[tuple[str, str]]:
+    """(where, code) for each code cell of ``lesson`` and each fenced block of its markdown."""
+    found = []
+    for index, cell in enumerate(json.loads(lesson.read_text())["cells"]):
+        text = "".join(cell["source"])
+        blocks = [text] if cell["cell_type"] == "code" else FENCED.findall(text)
+        found += [(f"{lesson.name} cell {index}", block) for block in blocks]
+    return found
+
+
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
-def test_lesson_code_cells(lesson: Path):
-    nb = json.loads(lesson.read_text())
-    long = []
-    for index, cell in enumerate(nb["cells"]):
-        if cell["cell_type"] == "code":
-            long += too_long("".join(cell["source"]), f"{lesson.name} cell {index}")
+def test_lesson_code_cells_and_the_code_in_their_prose(lesson: Path):
+    long = [line for where, code in lesson_code(lesson) for line in too_long(code, where)]
     assert not long, "lines over 88 characters (put a comment above its line):\n" + "\n".join(long)
 
 
@@ -55,6 +64,6 @@ def test_generated_modules(module: str):
 def test_published_solutions():
     long = []
     for path in sorted(solutions_dir().glob("*.md")):
-        for block in re.findall(r"```python\n(.*?)```", path.read_text(), re.S):
+        for block in FENCED.findall(path.read_text()):
             long += too_long(block, path.name)
     assert not long, "\n".join(long)
