@@ -86,7 +86,10 @@ class PoolPlan:
         """``num_cpus``/``num_gpus`` for ``map_batches`` (each actor of the pool).
 
         With a GPU share and 1 CPU, ``num_cpus`` is left out: Ray Data reserves 1 CPU for a GPU map by
-        itself, and names both only with a warning that the pairing is "experimental".
+        itself, and names both only with a warning that the pairing is "experimental". With
+        ``num_cpus`` per actor Ray sets ``OMP_NUM_THREADS``, so torch uses that many threads in the
+        actor. (The pool itself is ``ActorPoolStrategy(size=...)``, Ray's spelling since 2.51;
+        ``concurrency=`` is deprecated.)
         """
         if not self.num_gpus:
             return {"num_cpus": self.num_cpus}
@@ -438,9 +441,10 @@ def time_batch_inference(
     batch_size: int = 256,
     cpus_per_actor: int = 1,
 ) -> BatchTiming:
-    """Time ``pipeline`` (lesson 05's ``batch_predict``) with ``predictor`` over ``images`` end to end: Dataset, actor-pool start-up, model loading
-    and every prediction back on the driver. Four model batches per block: the first predictions
-    come early, and the driver's per-block work stays small (one batch per block was slower here)."""
+    """Time ``pipeline`` (lesson 05's ``batch_predict``) with ``predictor`` over ``images`` end to
+    end: Dataset, actor-pool start-up, model loading and every prediction back on the driver. Four
+    model batches per block: the first predictions come early, and the driver's per-block work stays
+    small (one batch per block was slower here)."""
     labels = np.zeros(len(images), dtype=np.int64)
     started_at, start = time.time(), time.perf_counter()
     pool = pool_for(pool_size, cpus_per_actor)
