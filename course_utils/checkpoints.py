@@ -162,21 +162,22 @@ def training_state(
 
 
 @contextlib.contextmanager
-def rank0_checkpoint(rank: int, state: dict[str, Any] | Path | None) -> Iterator[Any]:
+def rank0_checkpoint(
+    rank: int, state: dict[str, Any] | None, *, before_commit: Callable[[], None] | None = None
+) -> Iterator[Any]:
     """On rank 0, ``state`` as a ``ray.train.Checkpoint`` in a fresh temp dir; ``None`` elsewhere.
 
     Use it around ``ray.train.report(metrics, checkpoint=checkpoint)``: every rank reports
     (``report`` is a barrier), only rank 0 attaches a checkpoint (all ranks hold the same
     weights), and the temp dir is removed once ``report`` has copied it to storage.
-    ``state`` may also be a folder ``write_checkpoint_dir`` already wrote (lesson 04 writes its own,
-    to crash in the middle of writing); other ranks may pass ``None``.
+    ``before_commit``: as ``write_checkpoint_dir``'s (lesson 04 crashes in the middle of writing).
     """
     import ray.train
 
     if rank != 0:
         yield None
         return
-    directory = state if isinstance(state, Path) else write_checkpoint_dir(state)
+    directory = write_checkpoint_dir(state, before_commit=before_commit)
     try:
         yield ray.train.Checkpoint.from_directory(str(directory))
     finally:

@@ -51,18 +51,20 @@ import time
 import ray.train
 import ray.train.torch
 import torch
+from ray.train import CheckpointUploadMode
 
-from course_utils import data, faults
+from course_utils import data, faults, resumable
 from course_utils.checkpoints import (
     load_state,
     rank0_checkpoint,
+    rank0_snapshot,
     set_rng_state,
     training_state,
 )
 from course_utils.columns import IMAGE, LABEL, image_label_pairs
 from course_utils.model import build_resnet18, unwrap
 from course_utils.plan import per_worker_batch
-from course_utils.steps import epoch_metrics, train_one_epoch
+from course_utils.steps import epoch_metrics, train_one_epoch, train_step
 """,
     ),
     "lesson_inference.py": (

@@ -12,18 +12,20 @@ import time
 import ray.train
 import ray.train.torch
 import torch
+from ray.train import CheckpointUploadMode
 
-from course_utils import data, faults
+from course_utils import data, faults, resumable
 from course_utils.checkpoints import (
     load_state,
     rank0_checkpoint,
+    rank0_snapshot,
     set_rng_state,
     training_state,
 )
 from course_utils.columns import IMAGE, LABEL, image_label_pairs
 from course_utils.model import build_resnet18, unwrap
 from course_utils.plan import per_worker_batch
-from course_utils.steps import epoch_metrics, train_one_epoch
+from course_utils.steps import epoch_metrics, train_one_epoch, train_step
 
 
 # From 02_ray_train_migration.ipynb, cell 6:
@@ -245,3 +247,139 @@ def train_loop_resumable(config: dict) -> None:
                 f" accuracy={metrics['accuracy']:.3f}",
                 flush=True,
             )
+
+
+# From 04_fault_tolerance.ipynb, cell 19:
+# '# 07. A loop that saves mid-epoch'.
+def train_loop_mid_epoch(config: dict) -> None:
+    """Section 03's loop, saving every config["checkpoint_every"] steps with the
+    loader's place in the epoch: a restart continues at the next batch."""
+    # who am I: this worker's rank, and how many workers there are
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    device = ray.train.torch.get_device()  # this worker's GPU, or the CPU
+    # the global batch, split across workers
+    batch = per_worker_batch(config["batch_size"], world)
+    torch.manual_seed(config["seed"])  # every rank builds the same initial weights
+    train_ds, test_ds = data.course_datasets(
+        config["train_size"], config["test_size"], config["data_root"], config["seed"]
+    )
+
+    # Ray Train: move to this worker's device; wrap in DDP when world > 1, so gradients
+    # are averaged.
+    model = ray.train.torch.prepare_model(build_resnet18())
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    # Bookkeeping, not training: which samples each rank reads, where attempts start.
+    record = resumable.RunRecord(train_ds, config.get("checkpoint_uploads", ["async"]))
+    # torchdata's StatefulDataLoader over this rank's shard: its state_dict() is its
+    # place in the epoch. Not prepare_data_loader: it would rebuild the loader.
+    loader = resumable.stateful_loader(
+        record.dataset, batch, rank, world, config["seed"]
+    )
+    # this rank's test digits
+    test_loader = data.make_loader(
+        data.rank_share(test_ds, rank, world), 512, shuffle=False
+    )
+
+    epoch, step, history, state = 0, 0, [], None
+    # None on a fresh start; after a failure, the latest one
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is not None:
+        state = load_state(checkpoint)
+        # weights (saved without DDP's wrapper)
+        unwrap(model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])  # Adam's moments
+        set_rng_state(state["rng"])
+        # where the lost attempt's last save said to go on, and what came before
+        epoch, step, history = state["next_epoch"], state["next_step"], state["history"]
+        if step:
+            # Saved mid-epoch: the loader skips the batches trained before the save.
+            resumable.check_world_size(state, world)
+            loader.load_state_dict(state["loader"])
+    attempt = record.start_attempt(state, world, epoch, step)  # bookkeeping
+    if rank == 0:
+        print(
+            f"[rank 0] attempt {attempt}: {world} worker(s) on {device}, starting at"
+            f" epoch {epoch}, step {step}"
+            + (" (from the checkpoint)" if state else ""),
+            flush=True,
+        )
+
+    def save(next_epoch: int, next_step: int, metrics: dict) -> None:
+        """Report metrics, with a checkpoint that goes on at (next_epoch, next_step)."""
+        steps = next_step or len(loader)  # this epoch's batches done
+        # bookkeeping: the report is metrics plus step, attempt and upload mode
+        row = record.row(len(history), epoch, steps, world, metrics)
+        history.append(row)
+        state = training_state(
+            model,
+            optimizer,
+            epoch,
+            history,
+            next_epoch=next_epoch,
+            next_step=next_step,
+            # the loader's place in this epoch; at its end, a fresh epoch needs none
+            loader=loader.state_dict() if next_step else None,
+            world_size=world,
+            **record.kept(epoch),  # bookkeeping: samples seen, attempts
+        )
+
+        def crash() -> None:  # this lesson's crash while writing, if config says
+            faults.maybe_fail(
+                config.get("fault"),
+                rank=rank,
+                epoch=epoch,
+                step=steps,
+                during="checkpoint",
+            )
+
+        started = time.perf_counter()
+        if row["upload"] == "async":
+            # Section 15: rank 0 hands Ray a copy; Ray's thread writes and uploads it.
+            checkpoint, upload = rank0_snapshot(rank, state, before_commit=crash)
+            ray.train.report(
+                dict(row),  # a copy: the row gets its checkpoint_s below
+                checkpoint=checkpoint,
+                checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
+                checkpoint_upload_fn=upload,
+            )
+        else:
+            # Every rank reports (report is a barrier); rank 0 attaches the checkpoint.
+            with rank0_checkpoint(rank, state, before_commit=crash) as checkpoint:
+                ray.train.report(dict(row), checkpoint=checkpoint)
+        # bookkeeping: how long training waited (kept in the next checkpoint's history)
+        row["checkpoint_s"] = time.perf_counter() - started
+
+    every = config.get("checkpoint_every", 5)
+    while epoch < config["epochs"]:
+        # the same shuffle as an uninterrupted run of this epoch
+        loader.sampler.set_epoch(epoch)
+        first, start = step, time.perf_counter()
+        model.train()
+        total, images = 0.0, 0
+        # This lesson's crashes on purpose: config["fault"] fires once, before the step
+        # it names.
+        batches = faults.inject(
+            loader, config.get("fault"), rank=rank, epoch=epoch, first_step=first
+        )
+        # lesson 01's train_one_epoch, opened up: a save every `every` steps
+        for step, (inputs, labels) in enumerate(batches, first):
+            record.stepped()  # bookkeeping: when this attempt's first step ran
+            loss = train_step(model, inputs, labels, optimizer, device)
+            total, images = total + loss * len(labels), images + len(labels)
+            if (step + 1) % every == 0 and step + 1 < len(loader):
+                save(epoch, step + 1, {})
+        train_loss = total / max(images, 1)
+        seconds = time.perf_counter() - start
+        metrics = epoch_metrics(
+            model, test_loader, device, epoch, train_loss, images, seconds
+        )
+        metrics["partial_epoch"] = first > 0  # this attempt began mid-epoch
+        if rank == 0:
+            print(
+                f"[rank 0] epoch {epoch} done (steps {first}..{len(loader) - 1} in this"
+                f" attempt): accuracy={metrics['accuracy']:.3f}",
+                flush=True,
+            )
+        save(epoch + 1, 0, metrics)
+        epoch, step = epoch + 1, 0

@@ -19,6 +19,19 @@ from torch.utils.data import DataLoader
 
 from course_utils.model import unwrap
 
+# What epoch_metrics returns, so what every course loop reports each epoch: a
+# checkpoint_score_attribute must be one of these.
+REPORTED_METRICS = (
+    "epoch",
+    "train_loss",
+    "test_loss",
+    "accuracy",
+    "epoch_time_s",
+    "images_per_s",
+    "eval_s",
+    "world_size",
+)
+
 
 def train_step(
     model: nn.Module,

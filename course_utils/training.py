@@ -2,30 +2,30 @@
 
 Lesson 01's loop and lesson 02's ``train_loop_per_worker`` (written in lesson 02, exported to
 ``course_utils.lesson_code``) share ``train_step``, ``train_one_epoch`` and ``evaluate``, so the only
-difference a learner sees between them is the Ray Train calls. Lessons 03 and 04 build their loops
-on ``setup_worker`` and these pieces.
+difference a learner sees between them is the Ray Train calls. Lessons 03 and 04 write their loops
+from the same pieces.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
 
-from course_utils import bars, checkpoints, data
+from course_utils import bars, data
 from course_utils.config import Profile, get_profile
 from course_utils.device import get_device
 from course_utils.model import build_resnet18
-from course_utils.plan import per_worker_batch  # re-exported: lesson 02 imports it from here
+
+# re-exported: lesson 02 imports it from here
+from course_utils.plan import per_worker_batch as per_worker_batch
 
 # Re-exported (``x as x``): lessons 01, 02 and 04 and the loops here import the shared steps from training.
+from course_utils.steps import REPORTED_METRICS as REPORTED_METRICS
 from course_utils.steps import epoch_metrics as epoch_metrics
 from course_utils.steps import evaluate as evaluate
 from course_utils.steps import sum_across_workers as sum_across_workers
@@ -84,74 +84,6 @@ def loop_config(profile: Profile | None = None, **overrides: Any) -> dict[str, A
     config = {**profile.to_dict(), "data_root": str(data.data_root())}
     config.update(overrides)
     return config
-
-
-@dataclass
-class Worker:
-    """What ``setup_worker`` prepared on one Ray Train worker: every course loop starts from it."""
-
-    rank: int
-    world: int
-    device: torch.device
-    batch: int  # this worker's share of the global batch
-    model: nn.Module  # on ``device``, wrapped in DistributedDataParallel when world > 1
-    optimizer: torch.optim.Optimizer
-    train_ds: Dataset
-    test_loader: DataLoader  # this rank's share of the test set
-
-    def epoch_metrics(self, epoch: int, train_loss: float, images: int, seconds: float) -> dict[str, Any]:
-        """``epoch_metrics`` for this worker's model and test share."""
-        return epoch_metrics(self.model, self.test_loader, self.device, epoch, train_loss, images, seconds)
-
-    def print_epoch(self, metrics: dict[str, Any]) -> None:
-        """One line per epoch in the notebook, from rank 0 only: the loss and accuracy it reported."""
-        if self.rank == 0:
-            print(
-                f"[rank 0] epoch {metrics['epoch']}: train_loss={metrics['train_loss']:.4f} "
-                f"accuracy={metrics['accuracy']:.3f}",
-                flush=True,
-            )
-
-    def state(self, epoch: int, history: list[dict], **extra: Any) -> dict[str, Any]:
-        """What a checkpoint holds: weights, optimizer, epoch, history, RNG (``checkpoints.training_state``)."""
-        return checkpoints.training_state(self.model, self.optimizer, epoch, history, **extra)
-
-
-def setup_worker(config: dict[str, Any]) -> Worker:
-    """The start of every Ray Train worker's loop: who am I, my device, my batch, my model."""
-    import ray.train
-    import ray.train.torch
-
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
-    batch = per_worker_batch(config["batch_size"], world)  # the global batch, split across workers
-    torch.manual_seed(config["seed"])  # every rank builds the same initial weights
-    train_ds, test_ds = data.course_datasets(
-        config["train_size"], config["test_size"], config["data_root"], config["seed"]
-    )
-    # Ray Train: move to this worker's device, wrap in DDP (world > 1) so gradients are averaged.
-    model = ray.train.torch.prepare_model(build_resnet18())
-    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    test_ds = data.rank_share(test_ds, rank, world)  # every world-th digit: the set once in all
-    if rank == 0:
-        print(f"[rank 0] {world} worker(s) on {device}, per-worker batch {batch}", flush=True)
-    return Worker(
-        rank, world, device, batch, model, optimizer, train_ds, data.make_loader(test_ds, 512, shuffle=False)
-    )
-
-
-# What train_loop_per_worker reports each epoch: a checkpoint_score_attribute must be one of these.
-REPORTED_METRICS = (
-    "epoch",
-    "train_loss",
-    "test_loss",
-    "accuracy",
-    "epoch_time_s",
-    "images_per_s",
-    "eval_s",
-    "world_size",
-)
 
 
 def make_trainer(
@@ -231,4 +163,29 @@ def make_trainer(
             logging_config=LoggingConfig(log_level=logs.TRAIN_LOG_LEVEL),  # Ray Train's INFO: to its logs
             callbacks=[history.ReportLog()],  # every report's metrics, for metric_history and fit_progress
         ),
+    )
+
+
+def make_trainer_mid_epoch(
+    name: str,
+    profile: Profile | None = None,
+    *,
+    num_workers: int | None = None,
+    max_failures: int = 1,
+    num_to_keep: int = 2,
+    **config_overrides: Any,
+):
+    """``make_trainer`` for lesson 04's ``train_loop_mid_epoch``: checkpoints kept by recency, not
+    score (mid-epoch reports carry no accuracy)."""
+    from course_utils.lesson_code import train_loop_mid_epoch  # written in lesson 04's #@save cell
+
+    return make_trainer(
+        name,
+        profile,
+        num_workers=num_workers,
+        num_to_keep=num_to_keep,
+        max_failures=max_failures,
+        train_loop=train_loop_mid_epoch,
+        score_attribute=None,
+        **config_overrides,
     )

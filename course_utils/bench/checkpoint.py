@@ -1,7 +1,7 @@
 """``python -m course_utils.bench checkpoint``: what a checkpoint save costs the training loop,
 synchronous vs asynchronous upload (lesson 04), at the mid-epoch loop's save rate.
 
-One run of ``resumable.train_loop_mid_epoch`` with ``checkpoint_uploads=["sync", "async"]``:
+One run of lesson 04's ``train_loop_mid_epoch`` with ``checkpoint_uploads=["sync", "async"]``:
 consecutive saves alternate the two modes, so both are measured on the same workers, data and
 storage, side by side. A save's cost is what the training step waited for it (``checkpoint_s``,
 from ``report`` being called to it returning); the overhead is that wait times the saves of one
@@ -16,9 +16,10 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from course_utils import checkpoints, data, resumable, session, storage
+from course_utils import checkpoints, data, session, storage
 from course_utils.bench import print_lines
 from course_utils.config import get_profile
+from course_utils.training import make_trainer_mid_epoch
 
 
 def overhead(rows: pd.DataFrame) -> dict[str, float]:
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     name = "bench-checkpoint"
     storage.reset_run(name)
     profile = get_profile().with_(train_size=args.train_size, epochs=args.epochs)
-    trainer = resumable.make_trainer_mid_epoch(
+    trainer = make_trainer_mid_epoch(
         name,
         profile,
         max_failures=0,

@@ -1,6 +1,6 @@
 """``python -m course_utils.bench recovery``: seconds from a worker's SIGKILL to the next training
 step, and the share of epoch time spent saving checkpoints, for lesson 04's mid-epoch loop
-(``resumable.train_loop_mid_epoch``)."""
+(lesson 04's ``train_loop_mid_epoch``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from course_utils import checkpoints, data, faults, resumable, session, storage
+from course_utils import checkpoints, data, faults, session, storage, training
 from course_utils.bench import print_lines
 from course_utils.config import get_profile
 from course_utils.storage import local_output_dir
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     marker = Path(local_output_dir("bench-recovery")) / "kill.marker"
     marker.unlink(missing_ok=True)
     spec = faults.crash_once(marker, rank=1, epoch=1, step=args.kill_step, how="external", delay_s=2.0)
-    trainer = resumable.make_trainer_mid_epoch(
+    trainer = training.make_trainer_mid_epoch(
         name, profile, max_failures=1, checkpoint_every=args.checkpoint_every, fault=spec
     )
     killer = faults.ExternalKiller(spec).start()

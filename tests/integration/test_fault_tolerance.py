@@ -125,7 +125,7 @@ def mid_epoch_run(shared_storage):
             markers / "write", rank=0, epoch=1, step=6, how="kill", during="checkpoint", delay_s=SETTLE_S
         ),
     ]
-    trainer = resumable.make_trainer_mid_epoch(
+    trainer = training.make_trainer_mid_epoch(
         "ft-mid-epoch",
         _profile(2),
         max_failures=2,

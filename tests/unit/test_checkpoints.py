@@ -91,11 +91,13 @@ def test_rank0_checkpoint_never_yields_a_half_written_checkpoint(tmp_path):
     with pytest.raises(RuntimeError, match="died while writing"):  # lesson 04's crash inside the write
         checkpoints.write_checkpoint_dir(state, tmp_path / "crashed", before_commit=crash)
     assert [p.name for p in (tmp_path / "crashed").iterdir()] == [checkpoints.STATE_FILE + ".partial"]
-    written = checkpoints.write_checkpoint_dir(state, tmp_path / "whole")
-    with checkpoints.rank0_checkpoint(0, written) as checkpoint:  # a folder already written is reported as is
-        assert Path(checkpoint.path) == written
-        assert checkpoints.load_state(checkpoint)["epoch"] == 0
-    assert not written.exists(), "removed once report has copied it, like a folder rank0_checkpoint wrote"
+    calls = []
+    with pytest.raises(RuntimeError, match="died while writing"):  # the same hook, inside rank0_checkpoint
+        with checkpoints.rank0_checkpoint(0, state, before_commit=crash):
+            calls.append("reported")
+    assert calls == [], "a checkpoint whose write crashed is never handed to report"
+    with checkpoints.rank0_checkpoint(1, state, before_commit=crash) as other:
+        assert other is None, "other ranks write nothing, so their hook never runs"
 
 
 def test_save_wait_times_both_ways_and_leaves_nothing_behind(tmp_path):

@@ -192,7 +192,7 @@ def test_stateful_loader_resumes_at_the_exact_batch():
 
     def run(stop_after=None, state=None):
         recorder = resumable.IndexRecorder(dataset)
-        loader = resumable.make_stateful_loader(recorder, batch=4, rank=1, world=2, seed=0)
+        loader = resumable.stateful_loader(recorder, batch=4, rank=1, world=2, seed=0)
         loader.sampler.set_epoch(3)
         if state is not None:
             loader.load_state_dict(state)

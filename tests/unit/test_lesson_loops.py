@@ -36,7 +36,7 @@ TEACHES = {
         "load_state_dict",
         "start_epoch",
         "faults.inject(",
-        "loader.state_dict()",  # section 07: the mid-epoch save and restore (resumable.save_mid_epoch, ...)
+        "loader.state_dict()",  # section 07: the mid-epoch loop saves and restores its place
         "loader.load_state_dict(",
     ],
 }

@@ -1,164 +1,156 @@
-"""Lesson 04's mid-epoch save and restore (``resumable.save_mid_epoch`` / ``restore_mid_epoch``), the two
-functions section 07 shows, run without a Ray cluster: ``ray.train.report`` and ``get_checkpoint`` are
-stand-ins that keep what a real run would upload and hand back."""
+"""Lesson 04's mid-epoch loop (``train_loop_mid_epoch``, written in section 07's #@save cell) and its
+bookkeeping (``resumable.RunRecord``), run without a Ray cluster: Ray Train's calls are stand-ins that
+keep what a real run would upload and hand back; the training, the checkpoints and the faults are
+real. ``tests/integration/test_fault_tolerance.py`` runs the loop under Ray with two workers."""
 
 from __future__ import annotations
 
 import shutil
+import types
 from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 from torch.utils.data import TensorDataset
 
-from course_utils import checkpoints, resumable, training
+from course_utils import checkpoints, config, faults, lesson_code, resumable, training
 
-BATCH = 4
-DIGITS = 40  # 10 batches an epoch on one rank
-
-
-def _worker(rank: int = 0, world: int = 1, seed: int = 0) -> training.Worker:
-    torch.manual_seed(seed)
-    model = nn.Linear(3, 2)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
-    dataset = TensorDataset(torch.arange(DIGITS * 3, dtype=torch.float32).reshape(DIGITS, 3))
-    return training.Worker(rank, world, torch.device("cpu"), BATCH, model, optimizer, dataset, None)
+TINY = config.SMOKE.with_(epochs=2, train_size=32, test_size=16, batch_size=4)  # 8 steps an epoch
 
 
-def _loader(worker: training.Worker, epoch: int = 0):
-    loader = resumable.make_stateful_loader(worker.train_ds, BATCH, worker.rank, worker.world, seed=0)
-    loader.sampler.set_epoch(epoch)
-    return loader
+class FakeRay:
+    """``ray.train``'s calls for one worker of ``world``: ``report`` keeps a copy of every
+    checkpoint (as storage would, running an asynchronous upload on the spot) and
+    ``get_checkpoint`` hands back the latest kept one."""
 
+    def __init__(self, tmp_path: Path, world: int = 1):
+        self.tmp_path, self.world = tmp_path, world
+        self.reports: list[dict] = []
+        self.kept: list[Path] = []
 
-def _step(worker: training.Worker, batch) -> None:
-    worker.optimizer.zero_grad()
-    worker.model(batch[0]).sum().backward()
-    worker.optimizer.step()
+    def get_context(self):
+        storage = types.SimpleNamespace(persist_current_checkpoint=lambda checkpoint, name: checkpoint)
+        return types.SimpleNamespace(
+            get_world_rank=lambda: 0, get_world_size=lambda: self.world, get_storage=lambda: storage
+        )
+
+    def report(self, metrics, checkpoint=None, checkpoint_upload_mode=None, checkpoint_upload_fn=None):
+        if checkpoint_upload_fn is not None:  # what Ray's upload thread runs
+            assert not (Path(checkpoint.path) / checkpoints.STATE_FILE).exists(), (
+                "an asynchronous save hands Ray the folder before writing it"
+            )
+            checkpoint = checkpoint_upload_fn(checkpoint, f"checkpoint_{len(self.kept)}")
+        if checkpoint is not None:
+            kept = self.tmp_path / f"checkpoint_{len(self.kept)}"
+            shutil.copytree(checkpoint.path, kept)
+            self.kept.append(kept)
+        self.reports.append({"metrics": metrics, "mode": checkpoint_upload_mode})
+
+    def get_checkpoint(self):
+        import ray.train
+
+        return ray.train.Checkpoint.from_directory(str(self.kept[-1])) if self.kept else None
 
 
 @pytest.fixture
-def ray_run(monkeypatch, tmp_path):
-    """Stand-ins for ``ray.train.report`` (keeps a copy of each uploaded checkpoint, as storage would) and
-    ``ray.train.get_checkpoint`` (hands back the latest kept one, or None)."""
+def fake_ray(monkeypatch, tmp_path):
     import ray.train
+    import ray.train.torch
 
-    run = {"reports": [], "kept": [], "resume": False}
-
-    def report(metrics, checkpoint=None, **kwargs):
-        kept = None
-        if checkpoint is not None:
-            kept = tmp_path / f"checkpoint_{len(run['kept'])}"
-            shutil.copytree(checkpoint.path, kept)
-            run["kept"].append(kept)
-        run["reports"].append({"metrics": metrics, "checkpoint": checkpoint, "kept": kept, **kwargs})
-
-    def get_checkpoint():
-        if not run["resume"] or not run["kept"]:
-            return None
-        return ray.train.Checkpoint.from_directory(str(run["kept"][-1]))
-
-    monkeypatch.setattr(ray.train, "report", report)
-    monkeypatch.setattr(ray.train, "get_checkpoint", get_checkpoint)
-    return run
+    fake = FakeRay(tmp_path)
+    monkeypatch.setattr(ray.train, "get_context", fake.get_context)
+    monkeypatch.setattr(ray.train, "report", fake.report)
+    monkeypatch.setattr(ray.train, "get_checkpoint", fake.get_checkpoint)
+    monkeypatch.setattr(ray.train.torch, "get_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(ray.train.torch, "prepare_model", lambda model: model)
+    return fake
 
 
-def test_a_fresh_start_begins_at_epoch_0_step_0(ray_run):
-    worker = _worker()
-    assert resumable.restore_mid_epoch(worker, _loader(worker)) == (0, 0, None)
+def _run(mnist_root, **overrides) -> None:
+    lesson_code.train_loop_mid_epoch(training.loop_config(TINY, data_root=mnist_root, **overrides))
 
 
-def test_saved_mid_epoch_the_restarted_loader_continues_at_the_next_batch(ray_run):
-    worker = _worker()
-    loader = _loader(worker)
-    batches = iter(loader)
-    for _ in range(3):  # three steps of epoch 0, then the save
-        _step(worker, next(batches))
-    history = [{"epoch": 0, "step": 3}]
-    resumable.save_mid_epoch(worker, loader, 0, 3, False, {"step": 3}, history, attempts=[{"attempt": 1}])
-    [reported] = ray_run["reports"]
-    assert reported["metrics"] == {"step": 3} and reported["kept"] is not None
-    assert not Path(reported["checkpoint"].path).exists(), (
-        "rank 0's temp folder goes once report has copied it"
+def test_killed_mid_epoch_the_next_attempt_trains_every_sample_once(fake_ray, mnist_root, tmp_path, capsys):
+    crash = faults.crash_once(tmp_path / "marker", rank=0, epoch=0, step=7)  # before the 8th batch
+    with pytest.raises(faults.InjectedFault):
+        _run(mnist_root, checkpoint_every=3, checkpoint_uploads=["sync"], fault=crash)
+    assert [r["metrics"]["step"] for r in fake_ray.reports] == [3, 6], "saved every 3 steps, then died"
+    _run(mnist_root, checkpoint_every=3, checkpoint_uploads=["sync"], fault=crash)  # the restart
+
+    state = checkpoints.load_state(fake_ray.kept[-1])
+    assert [(a["attempt"], a["start_epoch"], a["start_step"]) for a in state["attempts"]] == [
+        (1, 0, 0),
+        (2, 0, 6),
+    ], "attempt 2 began at the last save's step"
+    assert all(a["first_step_at"] for a in state["attempts"])
+    assert state["seen"] == resumable.expected_indices(TINY.train_size, world=1, epochs=2, seed=TINY.seed), (
+        "every sample once, in the uninterrupted order: steps 6 and 7 of epoch 0 trained after the restart"
     )
-    state = checkpoints.load_state(reported["kept"])
-    assert (state["next_epoch"], state["next_step"], state["world_size"]) == (0, 3, 1)
+    rows = [r["metrics"] for r in fake_ray.reports]
+    assert [(r["epoch"], r["step"], r["attempt"]) for r in rows] == [
+        (0, 3, 1),
+        (0, 6, 1),
+        (0, 8, 2),
+        (1, 3, 2),
+        (1, 6, 2),
+        (1, 8, 2),
+    ]
+    assert [r.get("partial_epoch") for r in rows if "accuracy" in r] == [True, False]
+    assert [(r["epoch"], r["step"]) for r in state["history"]] == [(e, s) for e in (0, 1) for s in (3, 6, 8)]
+    # each save's wait travels in the next checkpoint: not the last one's, nor the one before the crash
+    assert ["checkpoint_s" in r for r in state["history"]] == [True, False, True, True, True, False]
+    assert (state["next_epoch"], state["next_step"], state["loader"]) == (2, 0, None)
+    printed = capsys.readouterr().out
     assert (
-        state["loader"] is not None and state["attempts"] == [{"attempt": 1}] and state["history"] == history
+        "[rank 0] attempt 2: 1 worker(s) on cpu, starting at epoch 0, step 6 (from the checkpoint)" in printed
     )
-
-    ray_run["resume"] = True  # a new attempt: new processes, fresh weights, a fresh loader
-    restarted = _worker(seed=1)
-    restarted_loader = _loader(restarted)
-    epoch, step, restored = resumable.restore_mid_epoch(restarted, restarted_loader)
-    assert (epoch, step) == (0, 3) and restored["history"] == history
-    for saved, loaded in zip(
-        worker.model.state_dict().values(), restarted.model.state_dict().values(), strict=True
-    ):
-        assert torch.equal(saved, loaded), "the weights come back"
-    assert restarted.optimizer.state_dict()["state"], "and Adam's moments"
-    uninterrupted = [b[0] for b in _loader(_worker())]
-    assert torch.equal(next(iter(restarted_loader))[0], uninterrupted[3]), "the 4th batch, not the 1st"
+    assert "[rank 0] epoch 0 done (steps 6..7 in this attempt)" in printed
 
 
-def test_saved_at_the_end_of_an_epoch_the_next_attempt_starts_the_next_epoch(ray_run):
-    worker = _worker()
-    loader = _loader(worker)
-    for batch in loader:
-        _step(worker, batch)
-    resumable.save_mid_epoch(worker, loader, 0, len(loader), True, {"accuracy": 0.5}, [{"epoch": 0}])
-    state = checkpoints.load_state(ray_run["reports"][0]["kept"])
-    assert (state["next_epoch"], state["next_step"], state["loader"]) == (1, 0, None)
-    ray_run["resume"] = True
-    restarted = _worker(seed=1)
-    assert resumable.restore_mid_epoch(restarted, _loader(restarted, epoch=1))[:2] == (1, 0)
-
-
-def test_a_mid_epoch_checkpoint_refuses_another_world_size(ray_run):
-    two = _worker(world=2)
-    loader = _loader(two)
-    next(iter(loader))
-    resumable.save_mid_epoch(two, loader, 0, 1, False, {}, [])
-    ray_run["resume"] = True
-    one = _worker()
-    with pytest.raises(RuntimeError) as caught:
-        resumable.restore_mid_epoch(one, _loader(one))
-    assert "saved by 2 workers, this attempt has 1" in str(caught.value)
-
-
-def test_every_rank_reports_only_rank_0_writes_and_the_fault_hook_runs_there(ray_run):
-    calls = []
-    for rank in (1, 0):
-        worker = _worker(rank=rank, world=2)
-        loader = _loader(worker)
-        next(iter(loader))
-        resumable.save_mid_epoch(
-            worker, loader, 0, 1, False, {"rank": rank}, [], before_commit=lambda r=rank: calls.append(r)
-        )
-    assert [r["metrics"]["rank"] for r in ray_run["reports"]] == [1, 0], (
-        "report is a barrier: every rank calls it"
-    )
-    assert [r["checkpoint"] is None for r in ray_run["reports"]] == [True, False]
-    assert calls == [0], "the crash-while-writing hook runs where the checkpoint is written"
-
-
-def test_an_asynchronous_save_hands_ray_a_snapshot_and_the_upload(ray_run, monkeypatch):
-    import types
-
-    import ray.train
+def test_saves_alternate_sync_and_async_and_both_load(fake_ray, mnist_root):
     from ray.train import CheckpointUploadMode
 
-    worker = _worker()
-    loader = _loader(worker)
-    next(iter(loader))
-    resumable.save_mid_epoch(worker, loader, 0, 1, False, {"step": 1}, [], upload="async")
-    [reported] = ray_run["reports"]
-    assert reported["checkpoint_upload_mode"] == CheckpointUploadMode.ASYNC
-    folder = Path(reported["checkpoint"].path)
-    assert not (folder / checkpoints.STATE_FILE).exists(), "the training thread only copied the state"
-    storage = types.SimpleNamespace(persist_current_checkpoint=lambda checkpoint, name: checkpoint)
-    monkeypatch.setattr(ray.train, "get_context", lambda: types.SimpleNamespace(get_storage=lambda: storage))
-    reported["checkpoint_upload_fn"](reported["checkpoint"], "checkpoint_0")  # what Ray's upload thread runs
-    assert checkpoints.load_state(folder)["next_step"] == 1
-    shutil.rmtree(folder)
+    _run(mnist_root, epochs=1, checkpoint_every=2, checkpoint_uploads=["sync", "async"])
+    rows = [r["metrics"] for r in fake_ray.reports]
+    assert [r["upload"] for r in rows] == ["sync", "async", "sync", "async"]
+    assert [r["mode"] for r in fake_ray.reports] == [None, CheckpointUploadMode.ASYNC] * 2
+    loaded = [checkpoints.load_state(kept) for kept in fake_ray.kept]
+    assert [(s["next_epoch"], s["next_step"]) for s in loaded] == [(0, 2), (0, 4), (0, 6), (1, 0)]
+
+
+def test_a_crash_while_writing_reports_nothing_and_the_restart_resumes_from_the_save_before(
+    fake_ray, mnist_root, tmp_path
+):
+    crash = faults.crash_once(tmp_path / "marker", rank=0, epoch=0, step=6, during="checkpoint")
+    with pytest.raises(faults.InjectedFault):
+        _run(mnist_root, epochs=1, checkpoint_every=3, checkpoint_uploads=["sync"], fault=crash)
+    assert [r["metrics"]["step"] for r in fake_ray.reports] == [3], "the half-written save was never reported"
+    _run(mnist_root, epochs=1, checkpoint_every=3, checkpoint_uploads=["sync"], fault=crash)
+    state = checkpoints.load_state(fake_ray.kept[-1])
+    assert [a["start_step"] for a in state["attempts"]] == [0, 3]
+    assert state["seen"] == resumable.expected_indices(TINY.train_size, world=1, epochs=1, seed=TINY.seed)
+
+
+def test_a_mid_epoch_checkpoint_refuses_another_world_size(fake_ray, mnist_root, tmp_path):
+    crash = faults.crash_once(tmp_path / "marker", rank=0, epoch=0, step=4)
+    with pytest.raises(faults.InjectedFault):
+        _run(mnist_root, checkpoint_every=3, fault=crash)
+    fake_ray.world = 2  # the restarted group is larger: each rank's shard differs
+    with pytest.raises(RuntimeError) as caught:
+        _run(mnist_root, checkpoint_every=3, fault=crash)
+    assert "saved by 1 workers, this attempt has 2" in str(caught.value)
+
+
+def test_run_record_keeps_each_ranks_indices_per_epoch_and_every_attempt():
+    record = resumable.RunRecord(TensorDataset(torch.arange(10)), uploads=["sync", "async"])
+    assert record.start_attempt(None, world=1, epoch=0, step=0) == 1
+    record.dataset[3], record.dataset[5]
+    kept = record.kept(0)
+    assert kept["seen"] == [[[3, 5]]] and kept["attempts"][0]["first_step_at"] is None
+    record.stepped()
+    first = record.attempts[0]["first_step_at"]
+    record.stepped()
+    assert record.attempts[0]["first_step_at"] == first, "the first step only"
+    again = resumable.RunRecord(TensorDataset(torch.arange(10)))
+    assert again.start_attempt({"seen": kept["seen"], "attempts": kept["attempts"]}, 1, 0, 2) == 2
+    assert [record.row(n, 0, 2, 1, {})["upload"] for n in range(3)] == ["sync", "async", "sync"]
