@@ -52,6 +52,8 @@ import ray.train
 import ray.train.torch
 import torch
 from ray.train import CheckpointUploadMode
+from torch.utils.data import DistributedSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from course_utils import data, faults, resumable
 from course_utils.checkpoints import (

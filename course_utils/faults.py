@@ -157,14 +157,14 @@ def maybe_fail(
     if spec["how"] == "external":
         _write(spec, f"{os.getpid()}\n")  # the ExternalKiller on the driver takes it from here
         print(
-            f"[fault] rank {rank} (pid {os.getpid()}) at epoch {epoch}, step {step}: held here until "
+            f"[hold] rank {rank} (pid {os.getpid()}) at epoch {epoch}, step {step}: waits here until "
             "this process is killed or its worker group restarts",
             flush=True,
         )
         hold = spec.get("hold_s", EXTERNAL_HOLD_S)
         time.sleep(hold)  # hold still, so the kill lands exactly here (not a step later)
         print(
-            f"[fault] rank {rank}: nobody killed pid {os.getpid()} within {hold:g} s; continuing", flush=True
+            f"[hold] rank {rank}: nobody killed pid {os.getpid()} within {hold:g} s; continuing", flush=True
         )
         return
     _write(spec, f"fired on rank {rank} at epoch {epoch} step {step} (pid {os.getpid()})\n")

@@ -13,6 +13,8 @@ import ray.train
 import ray.train.torch
 import torch
 from ray.train import CheckpointUploadMode
+from torch.utils.data import DistributedSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from course_utils import data, faults, resumable
 from course_utils.checkpoints import (
@@ -235,6 +237,8 @@ def train_loop_resumable(config: dict) -> None:
         )
         # which attempt trained this epoch: 0 = the fresh start
         metrics["start_epoch"] = start_epoch
+        # the batch each worker trained with: section 08 changes the number of workers
+        metrics["per_worker_batch"] = batch
         history.append(metrics)
         # Every rank reports (report is a barrier); only rank 0 attaches a checkpoint.
         with rank0_checkpoint(
@@ -269,13 +273,17 @@ def train_loop_mid_epoch(config: dict) -> None:
     # are averaged.
     model = ray.train.torch.prepare_model(build_resnet18())
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    # Bookkeeping, not training: which samples each rank reads, where attempts start.
-    record = resumable.RunRecord(train_ds, config.get("checkpoint_uploads", ["async"]))
-    # torchdata's StatefulDataLoader over this rank's shard: its state_dict() is its
-    # place in the epoch. Not prepare_data_loader: it would rebuild the loader.
-    loader = resumable.stateful_loader(
-        record.dataset, batch, rank, world, config["seed"]
+    # Bookkeeping (no effect on training): which digits each rank reads, and where
+    # each attempt starts.
+    record = resumable.RunRecord()
+    train_ds = record.watch(train_ds)  # the same digits, noting each index read
+    # This rank's shard, as prepare_data_loader would give it, but in torchdata's
+    # StatefulDataLoader: its state_dict() is its place in the epoch. (Not through
+    # prepare_data_loader, which would rebuild it as a plain DataLoader.)
+    sampler = DistributedSampler(
+        train_ds, num_replicas=world, rank=rank, shuffle=True, seed=config["seed"]
     )
+    loader = StatefulDataLoader(train_ds, batch_size=batch, sampler=sampler)
     # this rank's test digits
     test_loader = data.make_loader(
         data.rank_share(test_ds, rank, world), 512, shuffle=False
@@ -293,8 +301,10 @@ def train_loop_mid_epoch(config: dict) -> None:
         # where the lost attempt's last save said to go on, and what came before
         epoch, step, history = state["next_epoch"], state["next_step"], state["history"]
         if step:
-            # Saved mid-epoch: the loader skips the batches trained before the save.
+            # A place in the loader holds only for as many ranks as saved it (each
+            # rank's shard depends on the world size): refuse another.
             resumable.check_world_size(state, world)
+            # saved mid-epoch: the loader skips the batches trained before the save
             loader.load_state_dict(state["loader"])
     attempt = record.start_attempt(state, world, epoch, step)  # bookkeeping
     if rank == 0:
@@ -304,12 +314,16 @@ def train_loop_mid_epoch(config: dict) -> None:
             + (" (from the checkpoint)" if state else ""),
             flush=True,
         )
+    # "sync" or "async" uploads (section 15); a list takes turns, so the course's
+    # checkpoint benchmark measures both in one run.
+    uploads = config.get("checkpoint_uploads", ["async"])
 
     def save(next_epoch: int, next_step: int, metrics: dict) -> None:
         """Report metrics, with a checkpoint that goes on at (next_epoch, next_step)."""
         steps = next_step or len(loader)  # this epoch's batches done
-        # bookkeeping: the report is metrics plus step, attempt and upload mode
-        row = record.row(len(history), epoch, steps, world, metrics)
+        upload = uploads[len(history) % len(uploads)]
+        row = {"epoch": epoch, "step": steps, "world_size": world, **metrics}
+        row.update(attempt=attempt, upload=upload)  # bookkeeping
         history.append(row)
         state = training_state(
             model,
@@ -321,7 +335,7 @@ def train_loop_mid_epoch(config: dict) -> None:
             # the loader's place in this epoch; at its end, a fresh epoch needs none
             loader=loader.state_dict() if next_step else None,
             world_size=world,
-            **record.kept(epoch),  # bookkeeping: samples seen, attempts
+            **record.kept(epoch),  # bookkeeping: digits seen, attempts
         )
 
         def crash() -> None:  # this lesson's crash while writing, if config says
@@ -334,20 +348,21 @@ def train_loop_mid_epoch(config: dict) -> None:
             )
 
         started = time.perf_counter()
-        if row["upload"] == "async":
+        if upload == "async":
             # Section 15: rank 0 hands Ray a copy; Ray's thread writes and uploads it.
-            checkpoint, upload = rank0_snapshot(rank, state, before_commit=crash)
+            checkpoint, upload_fn = rank0_snapshot(rank, state, before_commit=crash)
             ray.train.report(
                 dict(row),  # a copy: the row gets its checkpoint_s below
                 checkpoint=checkpoint,
                 checkpoint_upload_mode=CheckpointUploadMode.ASYNC,
-                checkpoint_upload_fn=upload,
+                checkpoint_upload_fn=upload_fn,
             )
         else:
             # Every rank reports (report is a barrier); rank 0 attaches the checkpoint.
             with rank0_checkpoint(rank, state, before_commit=crash) as checkpoint:
                 ray.train.report(dict(row), checkpoint=checkpoint)
-        # bookkeeping: how long training waited (kept in the next checkpoint's history)
+        # Bookkeeping: how long training waited. `row` is the dict inside `history`,
+        # so the figure is saved with the next checkpoint.
         row["checkpoint_s"] = time.perf_counter() - started
 
     every = config.get("checkpoint_every", 5)

@@ -37,11 +37,17 @@ The Ray Train logger, thread and message names involved are internal to Ray; the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from course_utils import rayinternals
+from course_utils.rayinternals import ACTOR_ARGS_RESTART_WARNING as ACTOR_ARGS_RESTART_WARNING
+from course_utils.rayinternals import RAYLET_WORKERS_WARNING as RAYLET_WORKERS_WARNING
 
 TRAIN_LOG_LEVEL = "WARNING"
 DATA_LOG_LEVEL = "WARNING"
@@ -205,3 +211,64 @@ def _log_file(thread: str) -> str | None:
         return str(folder / f"{thread}-{os.getpid()}.err")
     except Exception:
         return None
+
+
+class _CountingStream:
+    """A text stream that passes every write to ``stream`` and counts those containing ``text``."""
+
+    def __init__(self, stream: Any, text: str):
+        self._stream, self._text, self.count = stream, text, 0
+
+    def write(self, data: str) -> int:
+        self.count += data.count(self._text)
+        return self._stream.write(data)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding: the real stream's
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def count_stderr(text: str) -> Iterator[_CountingStream]:
+    """Inside the block, count the times ``text`` is written to ``sys.stderr`` (``.count``), every
+    line still shown: so a cell that announced a warning as possible can say whether it came.
+
+    Ray prints what it forwards to the driver (workers' lines, the raylet's warnings) through
+    ``sys.stderr`` as it is at that moment, from its own threads too.
+    """
+    real = sys.stderr
+    counting = _CountingStream(real, text)
+    sys.stderr = counting
+    try:
+        yield counting
+    finally:
+        sys.stderr = real
+
+
+class DriverLog:
+    """This driver's own Ray log file, read from where it ended when this object was made.
+
+    Ray's C++ lines from the driver process (warnings and errors of its core worker) go to the
+    driver's stderr, which Jupyter shows in the cell or only in the terminal it runs in, and to
+    this file: so a cell can count a line it announced as possible (``count``), wherever it showed.
+    Without a local log file (no Ray yet, a Ray Client connection) ``count`` is 0.
+    """
+
+    def __init__(self) -> None:
+        self.path = self._find()
+        self.start = self.path.stat().st_size if self.path else 0
+
+    @staticmethod
+    def _find() -> Path | None:
+        folder = session_logs_dir()
+        if folder is None:
+            return None
+        found = sorted(folder.glob(f"{rayinternals.driver_log_prefix()}-*_{os.getpid()}.log"))
+        return found[-1] if found else None
+
+    def count(self, text: str) -> int:
+        """How many lines written since this object was made contain ``text``."""
+        if self.path is None or not self.path.exists():
+            return 0
+        with self.path.open("rb") as log:
+            log.seek(self.start)
+            return sum(text in line for line in log.read().decode(errors="replace").splitlines())

@@ -57,6 +57,13 @@ def returning_output(fn):
     return run
 
 
+def _whose(function) -> str:
+    """``name (this notebook's)`` for a function a cell defined, ``module.name (as shipped)`` otherwise."""
+    if function.__module__ == "__main__":
+        return f"{function.__name__} (this notebook's)"
+    return f"{function.__module__}.{function.__name__} (as shipped)"
+
+
 def show_changes(before, after) -> None:
     """Show what changed from function ``before`` to ``after`` as a diff (``-`` removed, ``+`` added).
 
@@ -70,7 +77,7 @@ def show_changes(before, after) -> None:
     diff = "\n".join(difflib.unified_diff(old, new, before.__name__, after.__name__, n=1, lineterm=""))
     changed = sum(line[:1] in "+-" and line[:3] not in ("+++", "---") for line in diff.splitlines())
     print(
-        f"{before.__module__}.{before.__name__} (as shipped) -> {after.__name__} (this notebook's): "
+        f"{_whose(before)} -> {_whose(after)}: "
         f"{changed} line(s) removed or added, the name and docstring included"
     )
     try:

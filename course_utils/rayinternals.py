@@ -51,6 +51,32 @@ def worker_setup_hook_env_var() -> str:
     return ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR
 
 
+# The raylet's warning, sent to the driver's stderr, when a node starts more worker processes
+# than a few times its start-up concurrency (src/ray/raylet/worker_pool.cc, compiled into the
+# raylet binary: "WARNING: %d %s worker processes have been started on node ..."). Lesson 03
+# announces it as possible and counts it (``logs.count_stderr``). Checked on Ray 2.60.0.
+RAYLET_WORKERS_WARNING = "worker processes have been started on node"
+
+
+# The core worker's ERROR line when an actor whose constructor arguments sit in the object store may
+# be restarted (src/ray/core_worker/core_worker.cc, compiled into _raylet.so). Ray Data's pool actors
+# (lesson 05's MapWorker) get it. Like every C++ line of the driver it goes to the driver's stderr,
+# which Jupyter shows in the cell or only in its terminal, and to the driver's own log file
+# (``driver_log_prefix``), where lesson 05 counts it (``logs.DriverLog``). Checked on Ray 2.60.0.
+ACTOR_ARGS_RESTART_WARNING = "has constructor arguments in the object store and max_restarts > 0"
+
+
+def driver_log_prefix() -> str:
+    """How Ray names a driver's own log file in the session's ``logs`` folder:
+    ``<prefix>-<worker id>_<pid>.log`` (``ray_constants.PROCESS_TYPE_PYTHON_CORE_WORKER_DRIVER``).
+
+    Why: Ray has no public call that names the file. Checked on Ray 2.60.0.
+    """
+    from ray._private import ray_constants
+
+    return ray_constants.PROCESS_TYPE_PYTHON_CORE_WORKER_DRIVER
+
+
 # --- Ray Train V2's internal loggers, threads and messages (course_utils.logs) ----------------------
 
 # Ray Train modules whose logger is ``getLogger(__file__)``, a path, instead of their module name,

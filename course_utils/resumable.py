@@ -3,8 +3,8 @@
 Lesson 04 writes both of its loops in #@save cells (``course_utils.lesson_code``):
 ``train_loop_resumable`` (section 03) continues from ``ray.train.get_checkpoint()`` at the next
 epoch; ``train_loop_mid_epoch`` (section 07) checkpoints every few steps with the iterator position
-of a ``torchdata`` ``StatefulDataLoader`` (``stateful_loader``), so a restarted worker group
-continues at the exact next batch. Ray Data's iterator-state resumption is not in open-source Ray;
+of a ``torchdata`` ``StatefulDataLoader``, so a restarted worker group continues at the exact
+next batch. Ray Data's iterator-state resumption is not in open-source Ray;
 the DataLoader path is; ``course_utils.bench.recovery`` times it. ``RunRecord`` is the mid-epoch
 loop's bookkeeping, kept in its checkpoints so a learner (and the tests) can *see* the resumption:
 ``attempts`` (where every attempt started, its pid, when it took its first step) and ``seen`` (the
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -24,8 +23,9 @@ from torch.utils.data import Dataset
 
 from course_utils.steps import REPORTED_METRICS as EPOCH_METRICS
 
-# What train_loop_resumable reports each epoch: lesson 02's metrics and where the attempt began.
-REPORTED_METRICS = (*EPOCH_METRICS, "start_epoch")
+# What train_loop_resumable reports each epoch: lesson 02's metrics, where the attempt began and
+# the batch each worker trained with.
+REPORTED_METRICS = (*EPOCH_METRICS, "start_epoch", "per_worker_batch")
 
 
 class IndexRecorder(Dataset):
@@ -62,21 +62,6 @@ def _gather(values: list[int]) -> list[list[int]]:
     return out
 
 
-def stateful_loader(dataset: Dataset, batch: int, rank: int, world: int, seed: int):
-    """A ``StatefulDataLoader`` over this rank's ``DistributedSampler`` shard: its ``state_dict()``
-    is its place in the epoch.
-
-    Not passed through ``ray.train.torch.prepare_data_loader``: that rebuilds plain
-    DataLoaders and, with ``move_to_device``, prefetches a batch ahead, so the saved position
-    would be off by one. Batches are moved to the device by ``train_step``.
-    """
-    from torch.utils.data import DistributedSampler
-    from torchdata.stateful_dataloader import StatefulDataLoader
-
-    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=seed)
-    return StatefulDataLoader(dataset, batch_size=batch, sampler=sampler, num_workers=0)
-
-
 def check_world_size(state: dict[str, Any], world: int) -> None:
     """Raise unless a mid-epoch checkpoint was saved by as many workers as this attempt has: each
     rank's shard of an epoch depends on the world size, so a loader position means nothing with another."""
@@ -91,17 +76,20 @@ def check_world_size(state: dict[str, Any], world: int) -> None:
 class RunRecord:
     """The mid-epoch loop's bookkeeping: nothing of it changes training, all of it shows the resumption.
 
-    ``dataset`` wraps the training set to note which indices each rank reads; ``seen`` ([epoch][rank]
-    -> indices) and ``attempts`` (one row per worker-group start) travel in every checkpoint;
-    ``uploads`` lists the upload modes the saves take in turn (``["sync", "async"]`` alternates, so
-    one run measures both: ``course_utils.bench.checkpoint``).
+    ``seen`` ([epoch][rank] -> the digits' indices, in the order trained) and ``attempts`` (one row per
+    worker-group start: pid, world size, where it started, when it first stepped) travel in every
+    checkpoint, so the last one holds the whole run's record.
     """
 
-    def __init__(self, dataset: Dataset, uploads: Sequence[str] = ("async",)):
-        self.dataset = IndexRecorder(dataset)
-        self.uploads = list(uploads)
+    def __init__(self) -> None:
         self.seen: list[list[list[int]]] = []
         self.attempts: list[dict[str, Any]] = []
+        self._recorder: IndexRecorder | None = None
+
+    def watch(self, dataset: Dataset) -> Dataset:
+        """``dataset`` as it is, noting each index read: what this rank trains on."""
+        self._recorder = IndexRecorder(dataset)
+        return self._recorder
 
     def start_attempt(self, state: dict[str, Any] | None, world: int, epoch: int, step: int) -> int:
         """Carry on the record a checkpoint's ``state`` holds (``None``: a fresh start) and add this
@@ -126,22 +114,11 @@ class RunRecord:
         if self.attempts[-1]["first_step_at"] is None:
             self.attempts[-1]["first_step_at"] = time.time()
 
-    def row(self, saves: int, epoch: int, step: int, world: int, metrics: dict[str, Any]) -> dict[str, Any]:
-        """What the loop reports at its ``saves``-th save, after ``step`` batches of ``epoch``: the
-        metrics, this attempt's number and the upload mode this save takes."""
-        return {
-            "epoch": epoch,
-            "step": step,
-            "world_size": world,
-            "attempt": len(self.attempts),
-            "upload": self.uploads[saves % len(self.uploads)],
-            **metrics,
-        }
-
     def kept(self, epoch: int) -> dict[str, Any]:
         """What a checkpoint keeps of the record: every rank's indices read since the last save
         (gathered: all ranks call this together) and the attempts."""
-        gathered = _gather(self.dataset.take())
+        read = self._recorder.take() if self._recorder is not None else []
+        gathered = _gather(read)
         while len(self.seen) <= epoch:
             self.seen.append([[] for _ in gathered])
         for rank, indices in enumerate(gathered):

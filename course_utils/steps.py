@@ -123,7 +123,9 @@ def epoch_metrics(
     whole set it would be ``world`` times as long and nothing more is learned.
     """
     start = time.perf_counter()
-    buffers_from_rank0(model)  # every shard scored with the BatchNorm statistics rank 0 saves
+    # Each rank's last step updated its own BatchNorm statistics (DDP syncs them only at the next
+    # training forward): score every shard with rank 0's, the ones its checkpoint saves.
+    buffers_from_rank0(model)
     scores = evaluate(unwrap(model), test_loader, device)
     eval_s = time.perf_counter() - start
     scored = len(test_loader.dataset)

@@ -191,8 +191,12 @@ def test_stateful_loader_resumes_at_the_exact_batch():
     dataset = TensorDataset(torch.arange(40).float(), torch.arange(40))
 
     def run(stop_after=None, state=None):
-        recorder = resumable.IndexRecorder(dataset)
-        loader = resumable.stateful_loader(recorder, batch=4, rank=1, world=2, seed=0)
+        from torch.utils.data import DistributedSampler
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        recorder = resumable.IndexRecorder(dataset)  # lesson 04's mid-epoch loader, as section 07 builds it
+        sampler = DistributedSampler(recorder, num_replicas=2, rank=1, shuffle=True, seed=0)
+        loader = StatefulDataLoader(recorder, batch_size=4, sampler=sampler)
         loader.sampler.set_epoch(3)
         if state is not None:
             loader.load_state_dict(state)

@@ -175,3 +175,32 @@ def test_a_worker_hears_no_library_internal_warning_and_every_other_one(monkeypa
         warnings.warn("'set_vital' is deprecated, please do not call", stacklevel=1)
         warnings.warn("a warning about the learner's own code", stacklevel=1)
     assert [str(w.message) for w in heard] == ["a warning about the learner's own code"]
+
+
+def test_count_stderr_counts_the_text_and_shows_every_line(capsys):
+    import sys
+
+    with logs.count_stderr("worker processes have been started") as seen:
+        print("(raylet) WARNING: 9 PYTHON worker processes have been started on node", file=sys.stderr)
+        print("an unrelated error", file=sys.stderr)
+        sys.stderr.flush()
+    print("after the block: not counted, worker processes have been started", file=sys.stderr)
+    assert seen.count == 1
+    err = capsys.readouterr().err
+    assert "an unrelated error" in err and err.count("worker processes have been started") == 2
+
+
+def test_driver_log_counts_only_lines_written_after_it_was_made(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(logs, "session_logs_dir", lambda: tmp_path)
+    log = tmp_path / f"python-core-driver-01000000ffff_{os.getpid()}.log"
+    (tmp_path / "python-core-driver-02000000ffff_1.log").write_text(f"{logs.ACTOR_ARGS_RESTART_WARNING}\n")
+    log.write_text(f"before: {logs.ACTOR_ARGS_RESTART_WARNING}\n")
+    mark = logs.DriverLog()
+    with log.open("a") as out:
+        out.write(f"E core_worker.cc: Actor 'MapWorker' {logs.ACTOR_ARGS_RESTART_WARNING}.\nI other\n")
+    assert mark.path == log, "this process's file, not another driver's"
+    assert mark.count(logs.ACTOR_ARGS_RESTART_WARNING) == 1
+    monkeypatch.setattr(logs, "session_logs_dir", lambda: None)
+    assert logs.DriverLog().count("anything") == 0, "no Ray: nothing to count"

@@ -72,3 +72,22 @@ def test_returning_output_returns_what_fn_printed_and_wrote(capsys):
         returning_output(fail)()
     assert capsys.readouterr().out == "got this far\n"  # a failure keeps what was printed
     assert not folders[1].exists()
+
+
+def test_show_changes_names_each_side_and_counts_the_changed_lines(capsys):
+    from course_utils.notebook import show_changes
+
+    def loop(config):
+        return config["a"]
+
+    def loop_edited(config):
+        return config["b"]
+
+    loop_edited.__module__ = "__main__"  # what a function defined in a notebook cell has
+    show_changes(loop, loop_edited)
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith(f"{__name__}.loop (as shipped) -> loop_edited (this notebook's): 4 line(s)")
+    loop.__module__ = "__main__"
+    show_changes(loop, loop_edited)
+    assert capsys.readouterr().out.startswith("loop (this notebook's) -> loop_edited (this notebook's)")

@@ -142,15 +142,20 @@ def test_a_mid_epoch_checkpoint_refuses_another_world_size(fake_ray, mnist_root,
 
 
 def test_run_record_keeps_each_ranks_indices_per_epoch_and_every_attempt():
-    record = resumable.RunRecord(TensorDataset(torch.arange(10)), uploads=["sync", "async"])
+    record = resumable.RunRecord()
+    dataset = record.watch(TensorDataset(torch.arange(10)))
+    assert len(dataset) == 10 and dataset[4][0] == 4, "the same dataset"
     assert record.start_attempt(None, world=1, epoch=0, step=0) == 1
-    record.dataset[3], record.dataset[5]
+    dataset[3], dataset[5]
     kept = record.kept(0)
-    assert kept["seen"] == [[[3, 5]]] and kept["attempts"][0]["first_step_at"] is None
+    assert kept["seen"] == [[[4, 3, 5]]] and kept["attempts"][0]["first_step_at"] is None
+    assert record.kept(0)["seen"] == [[[4, 3, 5]]], (
+        "each index once: a save takes what was read since the last"
+    )
     record.stepped()
     first = record.attempts[0]["first_step_at"]
     record.stepped()
     assert record.attempts[0]["first_step_at"] == first, "the first step only"
-    again = resumable.RunRecord(TensorDataset(torch.arange(10)))
+    again = resumable.RunRecord()
     assert again.start_attempt({"seen": kept["seen"], "attempts": kept["attempts"]}, 1, 0, 2) == 2
-    assert [record.row(n, 0, 2, 1, {})["upload"] for n in range(3)] == ["sync", "async", "sync"]
+    assert [a["start_step"] for a in again.attempts] == [0, 2]
