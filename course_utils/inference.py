@@ -505,6 +505,27 @@ class Throughput:
         """Ray Data batch images/s over plain PyTorch's on the same cores (1.0: no overhead at all)."""
         return self.batch_rate / self.plain_rate
 
+    def table(self):
+        """One row per way of predicting (images, seconds, images/s), for a reader: what ``lines``
+        holds, start-up and the steady rate after it as rows of their own."""
+        import pandas as pd
+
+        batch, pool = self.batch, self.batch.pool
+        steady_images = batch.images - batch.first_batch_rows
+        rows = {}
+        if self.plain_images:
+            rows[f"plain PyTorch, no Ray ({self.plain_threads} threads)"] = (
+                self.plain_images,
+                self.plain_seconds,
+            )
+        rows["one remote call per image"] = (self.per_image_images, self.per_image_seconds)
+        rows[f"batch inference ({pool.size if pool else '?'}-actor pool)"] = (batch.images, batch.seconds)
+        rows["  of which start-up, to the first predictions"] = (batch.first_batch_rows, batch.startup_seconds)
+        rows["  of which after start-up"] = (steady_images, batch.seconds - batch.startup_seconds)
+        frame = pd.DataFrame.from_dict(rows, orient="index", columns=["images", "seconds"])
+        frame["images/s"] = frame["images"] / frame["seconds"]
+        return frame
+
     def lines(self) -> list[str]:
         """``name: value`` lines, ending with the batch-vs-plain (when measured) and batch-vs-per-image ratios."""
         plain = []

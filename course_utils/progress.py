@@ -38,7 +38,8 @@ def fit_progress(
 
     The trainer's ``RunConfig(callbacks=[...])`` must hold a ``history.ReportLog``: it is what
     the bar reads. ``total`` is the number of reports the run will make (epochs, for the course
-    loops), ``None`` when unknown.
+    loops), ``None`` when unknown. When ``fit()`` raises, the bar's label says so: it stays where the
+    run stopped, short of its total.
     """
     config = trainer.run_config
     if not any(isinstance(c, history.ReportLog) for c in config.callbacks or []):
@@ -89,6 +90,10 @@ def fit_progress(
     try:
         with polling.every(follow, every_s, "fit-progress"):
             yield bar
+    except BaseException:
+        # the bar ends where the run stopped: say why it is short of its total
+        bar.set_description_str(f"{label} (stopped: fit() raised)")
+        raise
     finally:
         if pending:  # waited inside fit() too: from the first look that saw it to one interval after the last
             bar.slots_waited_s = waited + pending[-1] - pending[0] + WAIT_CHECK_S

@@ -89,6 +89,11 @@ def test_fit_progress_follows_the_log_and_needs_the_callback(tmp_path):
         _report(log, context, 2)
     assert bar.n == 3 and bar.postfix and "accuracy=0.7" in bar.postfix
 
+    with pytest.raises(RuntimeError, match="a rank failed"):
+        with fit_progress(Trainer(), total=5, every_s=0.05) as stopped:
+            raise RuntimeError("a rank failed")
+    assert stopped.desc == "run (stopped: fit() raised)" and stopped.n == 3, "short of 5, and says why"
+
     class Bare:
         run_config = RunConfig(name="run", storage_path=str(tmp_path))
         scaling_config = ScalingConfig(num_workers=2)

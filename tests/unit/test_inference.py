@@ -178,6 +178,25 @@ def test_throughput_with_plain_pytorch_ends_with_both_ratios():
     assert "plain_torch_images_per_s: 2500.0" in lines
 
 
+def test_throughput_table_has_a_row_per_way_and_splits_batch_at_start_up():
+    t = inference.Throughput(
+        per_image_images=100,
+        per_image_seconds=1.0,
+        batch=inference.BatchTiming(10_000, 5.0, 1.0, 2250.0, first_batch_rows=1_000),
+        plain_images=10_000,
+        plain_seconds=4.0,
+        plain_threads=2,
+    )
+    table = t.table()
+    assert table["images/s"].tolist() == pytest.approx([2500, 100, 2000, 1000, 2250])
+    assert table.index[0] == "plain PyTorch, no Ray (2 threads)"
+    start_up, after = table.iloc[3], table.iloc[4]
+    assert start_up["images"] + after["images"] == 10_000 and start_up["seconds"] + after["seconds"] == 5.0
+    assert len(inference.Throughput(1, 1.0, inference.BatchTiming(10, 1.0, 0.5, 10.0)).table()) == 4, (
+        "no plain PyTorch row when it was not run"
+    )
+
+
 def test_torchscript_model_and_plain_loop_predict_like_the_eager_model(checkpoint_dir, mnist_root):
     images, _ = data.raw_arrays(train=False, size=40, root=mnist_root)
     model = load_model(checkpoint_dir)
