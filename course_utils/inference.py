@@ -520,7 +520,10 @@ class Throughput:
             )
         rows["one remote call per image"] = (self.per_image_images, self.per_image_seconds)
         rows[f"batch inference ({pool.size if pool else '?'}-actor pool)"] = (batch.images, batch.seconds)
-        rows["  of which start-up, to the first predictions"] = (batch.first_batch_rows, batch.startup_seconds)
+        rows["  of which start-up, to the first predictions"] = (
+            batch.first_batch_rows,
+            batch.startup_seconds,
+        )
         rows["  of which after start-up"] = (steady_images, batch.seconds - batch.startup_seconds)
         frame = pd.DataFrame.from_dict(rows, orient="index", columns=["images", "seconds"])
         frame["images/s"] = frame["images"] / frame["seconds"]
