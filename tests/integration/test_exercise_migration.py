@@ -5,7 +5,8 @@ import re
 
 import pytest
 
-from course_utils import checks, solutions
+from course_utils import solutions
+from course_utils.exercises import checks, lesson02
 
 pytestmark = pytest.mark.integration
 
@@ -52,12 +53,12 @@ def learner_function(source: str):
 
 
 def test_placeholder_is_not_attempted(capsys):
-    assert checks.check_migration(...) is None
+    assert lesson02.check_migration(...) is None
     assert 'checks.hint("02.3")' in capsys.readouterr().out
 
 
 def test_published_solution_passes(ray_session, storage, capsys):
-    checks.check_migration(learner_function(SOLUTION))
+    lesson02.check_migration(learner_function(SOLUTION))
     assert "Exercise 02.3: correct" in capsys.readouterr().out
 
 
@@ -67,7 +68,7 @@ def test_each_mistake_is_named(mistake, ray_session, storage):
     assert old in SOLUTION, f"the solution no longer contains {old!r}: update the test"
     wrong = learner_function(SOLUTION.replace(old, new, 1))
     with pytest.raises(checks.ExerciseError) as caught:
-        checks.check_migration(wrong)
+        lesson02.check_migration(wrong)
     message = str(caught.value)
     assert words in message, message
     assert message.count("\n- ") == 1, f"only the one mistake is reported:\n{message}"

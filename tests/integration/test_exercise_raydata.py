@@ -5,7 +5,8 @@ transform's mistakes are caught before Ray runs (tests/unit/test_check_raydata.p
 
 import pytest
 
-from course_utils import checks, raydata, solutions
+from course_utils import raydata, solutions
+from course_utils.exercises import checks, lesson03
 
 pytestmark = pytest.mark.integration
 
@@ -14,8 +15,9 @@ COUNTER = solutions.solutions("03")["03.2"]
 
 # What a notebook could hold besides the shard: a dataset of the same rows (lesson 03 has `fast`, `train_ds`).
 PRELUDE = """
-from course_utils import checks, raydata
-notebook_ds = raydata.digits_dataset(*checks.exercise_digits()).map_batches(
+from course_utils import raydata
+from course_utils.exercises import checks, lesson03
+notebook_ds = raydata.digits_dataset(*lesson03.exercise_digits()).map_batches(
     raydata.normalise_batch, batch_format="numpy", batch_size=None
 )
 """
@@ -68,7 +70,7 @@ def _data_context(ray_session):
 
 
 def test_published_transform_runs_in_ray_data_and_passes(capsys):
-    checks.check_batch_transform(learner_function(TRANSFORM, "my_transform"))
+    lesson03.check_batch_transform(learner_function(TRANSFORM, "my_transform"))
     out = capsys.readouterr().out
     assert "Exercise 03.1: correct" in out and "normalise_batch ran after your transform" in out
 
@@ -79,12 +81,12 @@ def test_a_transform_that_decodes_the_pixels_also_passes_in_ray_data(capsys):
         '"image": np.frombuffer(b"".join(batch["image"][keep]), dtype=np.uint8).reshape(-1, 28, 28)',
     )
     assert decoded != TRANSFORM
-    checks.check_batch_transform(learner_function(decoded, "my_transform"))
+    lesson03.check_batch_transform(learner_function(decoded, "my_transform"))
     assert "Exercise 03.1: correct" in capsys.readouterr().out
 
 
 def test_published_counter_reads_both_shards_and_passes(capsys):
-    checks.check_shard_counts(learner_function(COUNTER, "count_digits"))
+    lesson03.check_shard_counts(learner_function(COUNTER, "count_digits"))
     out = capsys.readouterr().out
     assert "Exercise 03.2: correct" in out and "each of the 2 shards held 200 of the 400 rows" in out
 
@@ -95,7 +97,7 @@ def test_each_shard_mistake_is_named(mistake):
     assert old in COUNTER, f"the solution no longer contains {old!r}: update the test"
     wrong = learner_function(COUNTER.replace(old, new, 1), "count_digits", PRELUDE)
     with pytest.raises(checks.ExerciseError) as caught:
-        checks.check_shard_counts(wrong)
+        lesson03.check_shard_counts(wrong)
     message = str(caught.value)
     assert words in message, message
     assert message.count("\n- ") == 1, f"only the one mistake is reported:\n{message}"

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from course_utils import checks, solutions
+from course_utils import solutions
+from course_utils.exercises import checks, lesson04
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +56,7 @@ def learner_function(source: str):
 
 
 def test_published_solution_resumes_and_passes(ray_session, storage, capsys):
-    checks.check_resumable(learner_function(SOLUTION))
+    lesson04.check_resumable(learner_function(SOLUTION))
     assert "Exercise 04.4: correct" in capsys.readouterr().out
 
 
@@ -64,7 +65,7 @@ def test_a_loop_that_does_not_resume_is_named(mistake, ray_session, storage):
     old, new, words = MISTAKES[mistake]
     assert old in SOLUTION, f"the solution no longer contains {old!r}: update the test"
     with pytest.raises(checks.ExerciseError) as caught:
-        checks.check_resumable(learner_function(SOLUTION.replace(old, new, 1)))
+        lesson04.check_resumable(learner_function(SOLUTION.replace(old, new, 1)))
     message = str(caught.value)
     assert words in message, message
     assert message.count("\n- ") == 1, f"only the one mistake is reported:\n{message}"

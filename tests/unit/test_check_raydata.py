@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course_utils import checks, solutions
+from course_utils import solutions
+from course_utils.exercises import checks, lesson03
 
 TRANSFORM = solutions.solutions("03")["03.1"]
 
@@ -20,8 +21,8 @@ def learner_function(source: str, name: str):
 
 
 def test_placeholders_are_not_attempted(capsys):
-    assert checks.check_batch_transform(...) is None
-    assert checks.check_shard_counts(...) is None
+    assert lesson03.check_batch_transform(...) is None
+    assert lesson03.check_shard_counts(...) is None
     out = capsys.readouterr().out
     assert 'checks.hint("03.1")' in out and 'checks.hint("03.2")' in out
 
@@ -32,13 +33,13 @@ def test_a_class_or_a_value_is_not_a_function():
             return batch
 
     with pytest.raises(checks.ExerciseError, match="should be a function"):
-        checks.check_batch_transform(Transform)
+        lesson03.check_batch_transform(Transform)
     with pytest.raises(checks.ExerciseError, match="should be a function"):
-        checks.check_shard_counts([0] * 10)
+        lesson03.check_shard_counts([0] * 10)
 
 
 def test_the_published_transform_has_no_problem_on_numpy_batches():
-    assert checks.transform_problems(learner_function(TRANSFORM, "my_transform")) == []
+    assert lesson03.transform_problems(learner_function(TRANSFORM, "my_transform")) == []
 
 
 # mistake -> (exact text of the solution to change, its replacement, words the message must hold)
@@ -75,7 +76,7 @@ def test_each_transform_mistake_is_named_before_ray_runs(mistake):
     assert old in TRANSFORM, f"the solution no longer contains {old!r}: update the test"
     wrong = learner_function(TRANSFORM.replace(old, new, 1), "my_transform")
     with pytest.raises(checks.ExerciseError) as caught:
-        checks.check_batch_transform(wrong)  # fails on the numpy batches: no Ray started
+        lesson03.check_batch_transform(wrong)  # fails on the numpy batches: no Ray started
     message = str(caught.value)
     assert words in message, message
     assert message.startswith("Exercise 03.1: your function ran, but\n- ") and message.count("\n- ") == 1
@@ -90,7 +91,7 @@ def test_a_row_by_row_transform_fails_on_a_batch_without_a_3_or_an_8():
         ]
         return {"image": np.stack([r[0] for r in rows]), "label": np.array([r[1] for r in rows])}
 
-    (problem,) = checks.transform_problems(per_row)
+    (problem,) = lesson03.transform_problems(per_row)
     assert "no 3 and no 8 it raised ValueError" in problem and "empty columns" in problem
 
 
@@ -100,11 +101,11 @@ def test_a_transform_that_decodes_the_pixels_is_also_right():
         pixels = np.frombuffer(b"".join(batch["image"][keep]), dtype=np.uint8).reshape(-1, 28, 28)
         return {"image": pixels, "label": (batch["label"][keep] == 8).astype(np.int64)}
 
-    assert checks.transform_problems(decoded) == []
+    assert lesson03.transform_problems(decoded) == []
 
 
 def test_returning_no_dict_is_named():
-    (problem,) = checks.transform_problems(lambda batch: None)
+    (problem,) = lesson03.transform_problems(lambda batch: None)
     assert "returned a NoneType" in problem and "dict of numpy columns" in problem
 
 
@@ -121,7 +122,7 @@ def _run(result=None, *, called=("iter_torch_batches",), error=None, finished=Tr
 
 
 def _problem(runs) -> str:
-    problems = checks.shard_problems(runs, SHARD_ROWS, TRUTH)
+    problems = lesson03.shard_problems(runs, SHARD_ROWS, TRUTH)
     assert len(problems) == 1, problems
     return problems[0]
 
@@ -135,7 +136,7 @@ def test_the_right_counts_have_no_problem_in_any_form():
         (SHARD_0.tolist(), SHARD_1),
         (dict(enumerate(SHARD_0.tolist())), {d: int(n) for d, n in enumerate(SHARD_1) if n}),
     ]:
-        assert checks.shard_problems([_run(first), _run(second)], SHARD_ROWS, TRUTH) == []
+        assert lesson03.shard_problems([_run(first), _run(second)], SHARD_ROWS, TRUTH) == []
 
 
 def test_each_shard_mistake_is_named():
@@ -155,14 +156,14 @@ def test_each_shard_mistake_is_named():
     assert "no break after the first" in _problem([_run(SHARD_0 // 3), _run(SHARD_1 // 3)])
     assert "count each row once" in _problem([_run(SHARD_0 * 2), _run(SHARD_1 * 2)])
     assert "count the values of batch['label']" in _problem([_run(SHARD_1), _run(SHARD_1[::-1])])
-    assert f"within {checks.SHARD_TIMEOUT_S} s" in _problem([_run(SHARD_0), _run(finished=False)])
+    assert f"within {lesson03.SHARD_TIMEOUT_S} s" in _problem([_run(SHARD_0), _run(finished=False)])
     # One call raised and the other waits at the split for ever: the error is what to fix.
     assert "raised KeyError" in _problem([_run(error=KeyError("labels")), _run(finished=False)])
 
 
 def test_the_exercise_data_has_ten_different_digit_counts():
-    images, labels = checks.exercise_digits()
+    images, labels = lesson03.exercise_digits()
     counts = np.bincount(labels, minlength=10)
-    assert images.shape == (checks.EXERCISE_ROWS, 28, 28) and images.dtype == np.uint8
-    assert counts.sum() == checks.EXERCISE_ROWS and len(set(counts.tolist())) == 10
-    assert checks.EXERCISE_ROWS % 2 == 0  # streaming_split(2, equal=True) then drops no row
+    assert images.shape == (lesson03.EXERCISE_ROWS, 28, 28) and images.dtype == np.uint8
+    assert counts.sum() == lesson03.EXERCISE_ROWS and len(set(counts.tolist())) == 10
+    assert lesson03.EXERCISE_ROWS % 2 == 0  # streaming_split(2, equal=True) then drops no row

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from course_utils import checks
-from course_utils.fitcheck import FitRecord
+from course_utils.exercises import lesson04
+from course_utils.exercises.harness import FitRecord
 
 CRASH_STEP = 10  # 8 steps an epoch: rank 1's second step of epoch 1
 LOSSES = {0: 2.0, 1: 1.0, 2: 0.6}  # a learning run's epoch losses
@@ -43,7 +43,7 @@ def _record(*attempts: list[dict], error: BaseException | None = None) -> FitRec
 
 
 def _problems(record: FitRecord) -> str:
-    return "\n".join(checks.resumable_problems(record, CRASH_STEP))
+    return "\n".join(lesson04.resumable_problems(record, CRASH_STEP))
 
 
 def test_a_resumed_run_has_no_problems():
@@ -78,7 +78,7 @@ def test_a_failing_restore_and_a_crash_that_never_came_are_named():
 
 
 def test_placeholder_is_not_attempted(capsys):
-    assert checks.check_resumable(...) is None
+    assert lesson04.check_resumable(...) is None
     assert 'checks.hint("04.4")' in capsys.readouterr().out
 
 
@@ -96,7 +96,7 @@ def test_global_step_counted_across_the_restart_has_no_problems():
         _with_steps(_attempt(1, [0, 1, 2], crash=True), whole_run),
         _with_steps(_attempt(2, [1, 2]), whole_run),
     )
-    assert checks.global_step_problems(record, 8) == []
+    assert lesson04.global_step_problems(record, 8) == []
 
 
 @pytest.mark.parametrize(
@@ -115,4 +115,4 @@ def test_each_wrong_global_step_is_named(count, words):
     first, second = _attempt(1, [0, 1, 2], crash=True), _attempt(2, [1, 2])
     if count is not None:
         first, second = _with_steps(first, count), _with_steps(second, count)
-    assert words in "\n".join(checks.global_step_problems(_record(first, second), 8))
+    assert words in "\n".join(lesson04.global_step_problems(_record(first, second), 8))

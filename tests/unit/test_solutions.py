@@ -53,7 +53,7 @@ def test_unanswered_lists_exercises_whose_check_did_not_say_correct():
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem[:2] for p in LESSONS])
 def test_every_exercise_offers_a_hint_that_is_not_the_answer(lesson, capsys):
-    from course_utils import checks
+    from course_utils.exercises import checks
 
     for exercise, code in solutions.solutions(solutions.lesson_number(lesson)).items():
         hint = solutions.hint(exercise)

@@ -185,7 +185,7 @@ def recorded_loop(config: dict[str, Any]) -> None:
         flush()
 
 
-def run(
+def fit_learner_function(
     train_fn: Callable[[dict[str, Any]], None],
     name: str,
     *,
