@@ -74,7 +74,8 @@ no_python() {
 setup_hash() {
   # What a learner's venv is made from: requirements-dev.txt is not in it (a dev pin bumped alone
   # changes requirements.lock too, and that redoes setup, which then has nothing to install).
-  cat "$REQUIREMENTS" "$LOCK" "$ROOT/pyproject.toml" 2>/dev/null | sha256sum | cut -d' ' -f1
+  cat "$REQUIREMENTS" "$LOCK" "$ROOT/pyproject.toml" "$ROOT/maintainer_tools/pyproject.toml" 2>/dev/null \
+    | sha256sum | cut -d' ' -f1
 }
 
 dev_hash() {
@@ -87,18 +88,18 @@ lock_field() {
 }
 
 docs() {
-  # The documentation site (course_utils/docsite.py, mkdocs.yml): README, docs/ and the executed lessons
+  # The documentation site (maintainer_tools/docsite.py, mkdocs.yml): README, docs/ and the executed lessons
   # (./build.sh course's, else the last ./build.sh test's) into build/site; open build/site/index.html.
   setup_dev
   cd "$ROOT"
-  NO_MKDOCS_2_WARNING=1 "$PY" -m course_utils.docsite "$@"
+  NO_MKDOCS_2_WARNING=1 "$PY" -m maintainer_tools.docsite "$@"
 }
 
 benchmarks() {
-  # docs/benchmarks.md from course_utils/bench/pinned.json (`--check`: exit 1 when it is out of date).
-  # `python -m course_utils.bench record <bench>` re-measures one bench and stores its figures there.
+  # docs/benchmarks.md from maintainer_tools/bench/pinned.json (`--check`: exit 1 when it is out of date).
+  # `python -m maintainer_tools.bench record <bench>` re-measures one bench and stores its figures there.
   [ -x "$PY" ] || die "no venv at $VENV: run ./build.sh setup first"
-  "$PY" -m course_utils.bench docs "$@"
+  "$PY" -m maintainer_tools.bench docs "$@"
 }
 
 stale_lock() {
@@ -164,6 +165,10 @@ setup() {
   install_requirements "$REQUIREMENTS" \
     || die "pip could not install requirements.txt (see the error above). Check your connection to the package index, then re-run ./build.sh setup."
   "$PY" -m pip install --quiet --no-deps -e "$ROOT" || die "pip could not install course_utils (pip install -e .)."
+  # The maintainers' tools (maintainer_tools/pyproject.toml), a distribution of their own beside course_utils:
+  # ./build.sh course, export, docs, benchmarks and the tests run them as `python -m maintainer_tools.<tool>`.
+  "$PY" -m pip install --quiet --no-deps -e "$ROOT/maintainer_tools" \
+    || die "pip could not install maintainer_tools (pip install -e maintainer_tools)."
   "$PY" -m ipykernel install --sys-prefix --name "$KERNEL" --display-name "Python (Ray Train course)" >/dev/null \
     || die "could not register the Jupyter kernel $KERNEL."
   lab_settings
@@ -187,10 +192,10 @@ setup_dev() {
 }
 
 export_lessons() {
-  # course_utils/lesson_code.py from the lessons' #@save cells (course_utils/export.py): run after editing
+  # course_utils/lesson_code.py from the lessons' #@save cells (maintainer_tools/export.py): run after editing
   # such a cell; `export --check` only says whether the module is up to date.
   [ -x "$PY" ] || die "no venv at $VENV: run ./build.sh setup first"
-  "$PY" -m course_utils.export "$@"
+  "$PY" -m maintainer_tools.export "$@"
 }
 
 lock() {
@@ -278,7 +283,7 @@ lab() {
 
 course() {
   setup
-  exec "$PY" -m course_utils.run_course "$@"
+  exec "$PY" -m maintainer_tools.run_course "$@"
 }
 
 test_all() {
@@ -301,7 +306,7 @@ test_all() {
 canary() {
   # The newest Ray and newest other direct dependencies that install here (torch and torchvision stay
   # pinned), no lock, in a venv of their own; then the unit tests, every lesson and the benches, ending
-  # with one table (course_utils/canary.py; --no-bench, --lessons 01 02). Exit 1 when anything failed.
+  # with one table (maintainer_tools/canary.py; --no-bench, --lessons 01 02). Exit 1 when anything failed.
   local venv="${COURSE_CANARY_VENV:-$ROOT/.venv-canary}" base
   case "$venv" in /*) ;; *) venv="$PWD/$venv" ;; esac
   if [ ! -x "$venv/bin/python" ]; then
@@ -311,7 +316,7 @@ canary() {
   fi
   "$venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
   cd "$ROOT"
-  exec "$venv/bin/python" -m course_utils.canary "$@"
+  exec "$venv/bin/python" -m maintainer_tools.canary "$@"
 }
 
 clean() {

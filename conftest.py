@@ -2,7 +2,7 @@
 
 ``pytest notebooks`` (and ``./build.sh test``) collects each ``notebooks/NN_*.ipynb`` as one
 item that runs the lesson as shipped and then, in the same kernel, its exercises answered with
-the published solutions (``course_utils.solutions``); each answer's check must print
+the published solutions (``maintainer_tools.answered``); each answer's check must print
 "correct". With ``--nbmake`` the lessons are left to nbmake and run as shipped only.
 
 Every test that belongs to a learner's path carries ``@pytest.mark.path("...")``; the end of
@@ -47,7 +47,7 @@ class LessonItem(NotebookItem):
     """nbmake's item (its failure report shows the failing cell), run with the exercises answered."""
 
     def runtest(self) -> None:
-        from course_utils import solutions
+        from maintainer_tools import answered
         from tests.notebook_runs import (
             alarming_output,
             progress_text_not_final,
@@ -60,7 +60,7 @@ class LessonItem(NotebookItem):
         )
         if result.error is not None:
             raise NotebookFailedException(result)
-        missing = solutions.unanswered(result.nb)
+        missing = answered.unanswered(result.nb)
         if missing:
             raise AssertionError(
                 f"{Path(self.filename).name}: with the published solution pasted in, exercise(s) {missing} "

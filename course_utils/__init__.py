@@ -2,7 +2,6 @@
 each lesson teaches. Importing this package does no work: no Ray start, no downloads."""
 
 __all__ = [
-    "bench",
     "checkpoints",
     "cleanup",
     "config",

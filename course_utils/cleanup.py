@@ -37,7 +37,7 @@ from course_utils.config import (
 )
 
 # CleanupRefused lives in ownership (raydata.write_parquet raises it too); cleanup.CleanupRefused is the same.
-from course_utils.ownership import OWNER_FILE, CleanupRefused, refuse_unless_mine
+from course_utils.storage import OWNER_FILE, CleanupRefused, refuse_unless_mine
 
 
 @dataclass(frozen=True)
@@ -318,11 +318,13 @@ def remove_data_copy(dry_run: bool = False) -> list[Removed]:
         return [remove_path(copy, dry_run)]
 
 
-def main(argv: list[str] | None = None) -> int:
+def clean_data_cli(argv: list[str] | None = None) -> int:
     """``python -m course_utils.cleanup --data [--dry-run]``: what ``./build.sh clean --data`` runs."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m course_utils.cleanup", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.cleanup", description=clean_data_cli.__doc__
+    )
     parser.add_argument("--data", action="store_true", help="remove the course's offline MNIST copy")
     parser.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
     args = parser.parse_args(argv)
@@ -411,7 +413,7 @@ def alive_course_actors(
 
     alive: list[dict[str, Any]] = []
     try:
-        from course_utils.session import alive_actors
+        from course_utils.dashboard import alive_actors
 
         context = ray.get_runtime_context()
         namespace, own_namespace, job = learner_namespace(), context.namespace, context.get_job_id()
@@ -433,4 +435,4 @@ def alive_course_actors(
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(clean_data_cli())

@@ -21,8 +21,8 @@ from filelock import FileLock
 from torch.utils.data import DataLoader, Dataset, Subset
 from torchvision import datasets, transforms
 
+from course_utils.batch_format import MEAN, STD
 from course_utils.config import data_root, ensure_writable_dir
-from course_utils.pixels import MEAN, STD
 
 TRANSFORM = transforms.Compose([transforms.ToTensor(), transforms.Normalize((MEAN,), (STD,))])
 OFFLINE_MARKER = "OFFLINE_SOURCE.txt"

@@ -44,7 +44,7 @@ def get_device() -> torch.device:
     return torch.device("cuda" if has_gpu() else "cpu")
 
 
-def main(argv: list[str] | None = None) -> int:
+def gpu_report_cli(argv: list[str] | None = None) -> int:
     """``python -m course_utils.device [--require-gpu]``: say how many GPUs PyTorch sees.
 
     With ``--require-gpu`` (the GPU workflow's first step) a machine without one fails with a
@@ -73,4 +73,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(gpu_report_cli())

@@ -197,7 +197,7 @@ def inject(
 
 def train_worker_pids() -> dict[int, tuple[str, str | None]]:
     """{pid: (actor_id, node_id)} of the alive Ray Train worker actors, from Ray's state API."""
-    from course_utils.session import alive_actors
+    from course_utils.dashboard import alive_actors
 
     return {a["pid"]: (a["actor_id"], a["node_id"]) for a in alive_actors("RayTrainWorker") if a["pid"]}
 

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from course_utils.pixels import to_model_input
+from course_utils.batch_format import to_model_input
+from course_utils.progress import progress_bar
 
 ACTOR_PREFIX = "course-"
 NUM_CLASSES = 10
@@ -163,13 +164,13 @@ def plan_pool(
 
 
 def pool_for(pool_size: int = 2, cpus_per_actor: float = 1, *, poll_s: float = 1.0) -> PoolPlan:
-    """``plan_pool`` on the running cluster, waiting in line (one line, ``slots.wait_for``) while not
+    """``plan_pool`` on the running cluster, waiting in line (one line, ``progress.wait_for_free``) while not
     even one actor fits. It holds nothing while it waits."""
-    from course_utils import slots
+    from course_utils import progress
 
     plan = plan_pool(pool_size, cpus_per_actor)
     if plan.size == 0:
-        slots.wait_for(plan.need(), "this pool", poll_s)
+        progress.wait_for_free(plan.need(), "this pool", poll_s)
         again = plan_pool(pool_size, cpus_per_actor)
         # Another learner may take the slot first; Ray then queues our one actor until a slot frees.
         plan = again if again.size else replace(again, size=1, why="1 after waiting in line")
@@ -242,7 +243,7 @@ def actor_name(kind: str, name: str | None = None) -> str:
 
 
 def slots_needed(resources: dict[str, float]) -> dict[str, float]:
-    """``num_cpus``/``num_gpus`` options as the slots they need (``slots.wait_for``'s form)."""
+    """``num_cpus``/``num_gpus`` options as the slots they need (``progress.wait_for_free``'s form)."""
     return {"CPU": resources.get("num_cpus", 0), "GPU": resources.get("num_gpus", 0)}
 
 
@@ -250,10 +251,8 @@ def predict_one_by_one(worker: Any, images: np.ndarray, progress: bool = True) -
     """One ``ray.get(worker.predict.remote(x))`` per digit: the simplest way to serve a model with an actor."""
     import ray
 
-    from course_utils import bars
-
     predictions = []
-    for x in bars.bar(images, desc="one call per image", disable=not progress):
+    for x in progress_bar(images, desc="one call per image", disable=not progress):
         predictions.append(ray.get(worker.predict.remote(x))[0])
     return np.asarray(predictions, dtype=np.int64)
 
@@ -333,7 +332,7 @@ def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
     return float((labels == predictions).mean())
 
 
-def confusion_matrix(
+def confusion_counts(
     labels: np.ndarray, predictions: np.ndarray, num_classes: int = NUM_CLASSES
 ) -> np.ndarray:
     """Counts [true class, predicted class]."""

@@ -1,8 +1,9 @@
 """The Ray Train loops lessons 02-04 teach, from the lessons' ``#@save`` cells.
 
 GENERATED: do not edit. Edit the cell in the lesson named above each definition,
-then run ``./build.sh export`` (``course_utils.export``); ``tests/unit/test_export.py``
-fails while the two differ. Lines stay within 88 characters, as in the lessons.
+then run ``./build.sh export`` (``maintainer_tools.export``);
+``tests/unit/test_export.py`` fails while the two differ. Lines stay within 88
+characters, as in the lessons.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from torch.utils.data import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from course_utils import data, faults, resumable
+from course_utils.batch_format import IMAGE, LABEL, image_label_pairs
 from course_utils.checkpoints import (
     load_state,
     rank0_checkpoint,
@@ -24,7 +26,6 @@ from course_utils.checkpoints import (
     set_rng_state,
     training_state,
 )
-from course_utils.columns import IMAGE, LABEL, image_label_pairs
 from course_utils.model import build_resnet18, unwrap
 from course_utils.plan import per_worker_batch
 from course_utils.steps import epoch_metrics, train_one_epoch, train_step

@@ -1,8 +1,9 @@
 """Lesson 05's model actor and batch pipeline, from the lessons' ``#@save`` cells.
 
 GENERATED: do not edit. Edit the cell in the lesson named above each definition,
-then run ``./build.sh export`` (``course_utils.export``); ``tests/unit/test_export.py``
-fails while the two differ. Lines stay within 88 characters, as in the lessons.
+then run ``./build.sh export`` (``maintainer_tools.export``);
+``tests/unit/test_export.py`` fails while the two differ. Lines stay within 88
+characters, as in the lessons.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import ray
 import ray.data
 import torch
 
-from course_utils import checkpoints, config, inference, slots
+from course_utils import checkpoints, config, inference, progress
+from course_utils.batch_format import to_model_input
 from course_utils.device import get_device
 from course_utils.inference import load_torchscript
-from course_utils.pixels import to_model_input
 
 
 # From 05_inference.ipynb, cell 9:
@@ -58,7 +59,7 @@ def start_model_worker(checkpoint, name: str | None = None):
     # {"num_cpus": 1}, plus "num_gpus": 1 on a cluster with GPUs
     resources = inference.model_worker_options()
     # On a busy cluster: wait in line, holding nothing, until those slots are free.
-    slots.wait_for(inference.slots_needed(resources), "this model actor")
+    progress.wait_for_free(inference.slots_needed(resources), "this model actor")
     actor = ray.remote(ModelWorker).options(
         # a "course-" name in this learner's namespace: how lesson 06 finds it, and
         # never another learner's actor

@@ -46,8 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from course_utils import rayinternals
-from course_utils.rayinternals import ACTOR_ARGS_RESTART_WARNING as ACTOR_ARGS_RESTART_WARNING
-from course_utils.rayinternals import RAYLET_WORKERS_WARNING as RAYLET_WORKERS_WARNING
 
 TRAIN_LOG_LEVEL = "WARNING"
 DATA_LOG_LEVEL = "WARNING"

@@ -1,6 +1,6 @@
 """Ray Data for the course: digits as Parquet, a Ray Dataset over them, the fast transform, the
 Ray Data training loop, and ``measure_ingest`` (lesson 03 times pipelines with it; the
-benchmark around it is ``course_utils.bench.ingest``).
+benchmark around it is ``maintainer_tools.bench.ingest``).
 
 The Parquet layout is two columns: ``image`` (the 28*28 uint8 pixels as one fixed-size 784-byte
 value, Parquet's FIXED_LEN_BYTE_ARRAY) and ``label`` (int64), written uncompressed and without
@@ -26,18 +26,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import torch
 
-from course_utils import checkpoints, data, ownership, training
+from course_utils import checkpoints, data, steps, storage, training
 
 # Re-exported (``x as x``): lessons and tests name them through raydata.
-from course_utils.columns import IMAGE as IMAGE
-from course_utils.columns import LABEL as LABEL
-from course_utils.columns import REQUIRED_COLUMNS as REQUIRED_COLUMNS
-from course_utils.columns import DatasetColumnsError as DatasetColumnsError
-from course_utils.columns import _Names
-from course_utils.columns import check_columns as check_columns
-from course_utils.columns import image_label_pairs as image_label_pairs
+from course_utils.batch_format import IMAGE, LABEL, check_columns
 from course_utils.config import Profile, get_profile, learner_storage_root, storage_root
 from course_utils.model import unwrap
+from course_utils.progress import progress_bar
 
 SIDE = 28
 PIXELS = SIDE * SIDE
@@ -128,7 +123,7 @@ def write_parquet(images: np.ndarray, labels: np.ndarray, path: str | Path, num_
     Each digit is one fixed-size 784-byte value, stored uncompressed (``PARQUET_OPTIONS``).
     Several files let Ray Data read in parallel; few large ones keep its per-task overhead low. An existing folder at ``path`` is replaced,
     so writing twice gives the same dataset, not a doubled one, but only when this course wrote
-    it for this learner (its ``ownership.OWNER_FILE``); any other non-empty folder or a file
+    it for this learner (its ``storage.OWNER_FILE``); any other non-empty folder or a file
     there raises ``CleanupRefused`` and nothing is deleted. Returns ``path``.
     """
     images = np.ascontiguousarray(images, dtype=np.uint8)
@@ -139,10 +134,8 @@ def write_parquet(images: np.ndarray, labels: np.ndarray, path: str | Path, num_
     path = str(path)
     fs, root = location(path)
     _clear_own_folder(fs, root, path)
-    ownership.write_owner(fs, root, "parquet")  # creates the folder
+    storage.write_owner(fs, root, "parquet")  # creates the folder
     if path.startswith(learner_storage_root() + "/"):
-        from course_utils import storage
-
         storage.learner_filesystem_and_root()  # marks the learner's folder as the course's too
     for i, table in enumerate(_digit_tables(images, labels, num_files)):
         pq.write_table(table, f"{root}/part-{i:03d}.parquet", filesystem=fs, **PARQUET_OPTIONS)
@@ -181,13 +174,13 @@ def _clear_own_folder(fs: pafs.FileSystem, root: str, shown: str) -> None:
     if info.type == pafs.FileType.NotFound:
         return
     if info.type != pafs.FileType.Directory:
-        raise ownership.CleanupRefused(
+        raise storage.CleanupRefused(
             f"Refusing to replace {shown}: it is a file, not a Parquet folder the course wrote. "
             "Choose another path or remove it yourself."
         )
     if not fs.get_file_info(pafs.FileSelector(root)):
         return  # an empty folder: nothing to delete
-    ownership.refuse_unless_mine(fs, root, shown, "replace")
+    storage.refuse_unless_mine(fs, root, shown, "replace")
     if isinstance(fs, pafs.LocalFileSystem):
         import shutil
 
@@ -256,7 +249,7 @@ def normalise_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     Same arithmetic, same float32 rounding as torchvision's ``ToTensor`` (divide by 255) then
     ``Normalize`` (subtract the mean, divide by the std), for the whole batch in three numpy calls.
     """
-    check_columns(_Names(batch), what="batch")
+    check_columns(batch, what="batch")
     raw = batch[IMAGE]
     if raw.dtype == object:  # Parquet (fixed-size) binary column: one bytes object per row
         pixels = np.frombuffer(b"".join(raw), dtype=np.uint8)
@@ -298,7 +291,7 @@ def training_dataset(path: str | Path):
 SHUFFLE_BUFFER = 1000
 
 
-def make_trainer(
+def make_ray_data_trainer(
     name: str, dataset, profile: Profile | None = None, *, shuffle_buffer: int = SHUFFLE_BUFFER, **kwargs: Any
 ):
     """``training.make_trainer`` with lesson 03's Ray Data loop and ``datasets={"train": dataset}``."""
@@ -312,7 +305,7 @@ def make_trainer(
         train_loop=train_loop_ray_data,
         datasets={"train": dataset},
         shuffle_buffer=shuffle_buffer,
-        reported_metrics=(*training.REPORTED_METRICS, "rows_seen_rank"),
+        reported_metrics=(*steps.REPORTED_METRICS, "rows_seen_rank"),
         **kwargs,
     )
 
@@ -325,7 +318,7 @@ def evaluate_checkpoint(checkpoint: Any, profile: Profile | None = None) -> dict
     device = get_device()
     model = checkpoints.load_model(checkpoint, map_location=device)
     test_ds = data.take(data.mnist(False), profile.test_size, profile.seed)
-    return training.evaluate(unwrap(model), data.make_loader(test_ds, 512, shuffle=False), device)
+    return steps.evaluate(unwrap(model), data.make_loader(test_ds, 512, shuffle=False), device)
 
 
 # --------------------------------------------------------------------------- timing ingest
@@ -370,8 +363,6 @@ def measure_ingest(pipelines: dict[str, Any], rounds: int = 3, progress: bool = 
     """
     import pandas as pd
 
-    from course_utils import bars
-
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}.")
 
@@ -385,7 +376,7 @@ def measure_ingest(pipelines: dict[str, Any], rounds: int = 3, progress: bool = 
     times: dict[str, list[float]] = {name: [] for name in pipelines}
     rows: dict[str, int] = {}
     steps = [(r, name) for r in range(rounds + 1) for name in pipelines]
-    for r, name in bars.bar(steps, desc="ingest rounds", disable=not progress):
+    for r, name in progress_bar(steps, desc="ingest rounds", disable=not progress):
         start = time.perf_counter()
         rows[name] = run(pipelines[name])
         if r > 0:  # round 0 is the warm-up

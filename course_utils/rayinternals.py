@@ -106,7 +106,7 @@ TRAIN_FN_ENTRY = "construct_train_func.<locals>.train_fn"
 TRAIN_SYNC_ACTOR_CLASS = "SynchronizationActor"
 TRAIN_BARRIER_WARNING = "has not been called by all"
 
-# --- Ray Train V2's elastic policy (course_utils.cluster.scaling_decisions) -------------------------
+# --- Ray Train V2's elastic policy (course_utils.elastic.scaling_decisions) -------------------------
 
 # The elastic scaling policy's INFO lines in the controller's system log
 # (ray/train/v2/_internal/execution/scaling_policy/elastic.py). Checked on Ray 2.58.0 and 2.60.0.

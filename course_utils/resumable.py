@@ -5,7 +5,7 @@ Lesson 04 writes both of its loops in #@save cells (``course_utils.lesson_code``
 epoch; ``train_loop_mid_epoch`` (section 07) checkpoints every few steps with the iterator position
 of a ``torchdata`` ``StatefulDataLoader``, so a restarted worker group continues at the exact
 next batch. Ray Data's iterator-state resumption is not in open-source Ray;
-the DataLoader path is; ``course_utils.bench.recovery`` times it. ``RunRecord`` is the mid-epoch
+the DataLoader path is; ``maintainer_tools.bench.recovery`` times it. ``RunRecord`` is the mid-epoch
 loop's bookkeeping, kept in its checkpoints so a learner (and the tests) can *see* the resumption:
 ``attempts`` (where every attempt started, its pid, when it took its first step) and ``seen`` (the
 sample indices every rank trained on). This module imports nothing of ``training``: the lesson's
@@ -21,11 +21,11 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from course_utils.steps import REPORTED_METRICS as EPOCH_METRICS
+from course_utils.steps import REPORTED_METRICS
 
 # What train_loop_resumable reports each epoch: lesson 02's metrics, where the attempt began and
 # the batch each worker trained with.
-REPORTED_METRICS = (*EPOCH_METRICS, "start_epoch", "per_worker_batch")
+RESUMABLE_METRICS = (*REPORTED_METRICS, "start_epoch", "per_worker_batch")
 
 
 class IndexRecorder(Dataset):

@@ -35,7 +35,7 @@ def fetch_runs(dashboard_url: str | None = None, timeout_s: float = 20.0) -> dic
     ``session.DashboardAuthError`` when the dashboard refuses the token (a setup problem to fix,
     not a table to skip).
     """
-    from course_utils.session import DashboardHTTPError, open_dashboard
+    from course_utils.dashboard import DashboardHTTPError, open_dashboard
 
     url = (dashboard_url or _dashboard_url()).rstrip("/") + RUNS_ENDPOINT
     try:
@@ -52,7 +52,7 @@ def fetch_runs(dashboard_url: str | None = None, timeout_s: float = 20.0) -> dic
 def _dashboard_url() -> str:
     import ray
 
-    from course_utils.session import dashboard_url
+    from course_utils.dashboard import dashboard_url
 
     if not ray.is_initialized():
         raise TrainStateUnavailable("Ray is not running in this process: call session.start_ray() first.")

@@ -1,24 +1,20 @@
-"""Start or connect to Ray once, check a run fits the cluster before it starts, and talk to its dashboard.
+"""Start or connect to Ray once, and check that a run fits the cluster before it starts.
 
 ``start_ray()`` is safe to call in every notebook and twice in one kernel. With ``RAY_ADDRESS``
 set it connects to that cluster (shipping ``course_utils`` to the workers); otherwise it starts
-a local Ray whose dashboard listens on loopback only.
-
-Since Ray 2.59 a cluster uses token authentication by default: a local ``ray.init()`` creates
-``~/.ray/auth_token`` if needed and turns it on (``RAY_AUTH_MODE=token``), and ``ray start --head``
-does once a token exists. The dashboard's HTTP API then refuses a request without
-``Authorization: Bearer <token>``; ``open_dashboard`` sends it, with the token from where Ray
-documents it (``auth_token``).
+a local Ray whose dashboard listens on loopback only. A cluster that uses token authentication and
+refuses this driver fails with what to set (the token's places: ``course_utils.dashboard``).
+``check_resources`` fails fast, in words, when a ScalingConfig can never fit the cluster.
 """
 
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from course_utils import dashboard
 
 # A Ray CPU is a scheduling slot, not a core. Training workers and Ray Data tasks both take
 # slots: with only 2 slots on a 2-core laptop, 2 training workers leave none for data tasks and
@@ -53,110 +49,12 @@ SMOKE_ENV = {
 # The raylet's own settings (read when a node starts): its "Spilled N MiB, M objects, write throughput ..."
 # line, sent to every driver's output whenever the object store spills (lesson 03's shuffle on a small
 # node), stays in the node's log. start_ray sets it for the local Ray it starts; a host starting a
-# cluster sets it on `ray start` (docs/hosting.md), as course_utils.cluster.LocalCluster does.
+# cluster sets it on `ray start` (docs/hosting.md), as maintainer_tools.cluster.LocalCluster does.
 RAYLET_ENV = {"RAY_verbose_spill_logs": "0"}
-
-
-class StateApiUnavailable(RuntimeError):
-    """Ray's state API cannot answer because the dashboard that serves it is not running."""
 
 
 class ResourceError(ValueError):
     """A run asks for more than the cluster has; raised before any training starts."""
-
-
-class DashboardAuthError(RuntimeError):
-    """The Ray dashboard refused a request: token missing (401) or not the cluster's (403)."""
-
-
-class DashboardHTTPError(RuntimeError):
-    """The Ray dashboard answered a request with an HTTP error other than an authentication one."""
-
-    def __init__(self, url: str, code: int, body: str):
-        super().__init__(f"{url} answered {code}: {body[:300]}")
-        self.url, self.code, self.body = url, code, body
-
-
-# Ray's documented token sources, in Ray's order (ray.exceptions.AuthenticationError's help text,
-# `ray get-auth-token`): the variable, else the file it names, else the default file.
-TOKEN_ENV = "RAY_AUTH_TOKEN"
-TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
-AUTH_MODE_ENV = "RAY_AUTH_MODE"
-
-
-def default_token_path() -> Path:
-    """``~/.ray/auth_token``: where ``ray.init()`` and ``ray get-auth-token --generate`` write the token."""
-    return Path.home() / ".ray" / "auth_token"
-
-
-def auth_token() -> tuple[str | None, str]:
-    """The Ray auth token and where it came from, looked up as Ray does: ``RAY_AUTH_TOKEN``, else the
-    file named by ``RAY_AUTH_TOKEN_PATH`` (which must then hold it), else ``~/.ray/auth_token``.
-
-    ``(None, where)`` when there is none; surrounding whitespace is dropped, as Ray drops it.
-    """
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if token:
-        return token, TOKEN_ENV
-    named = os.environ.get(TOKEN_PATH_ENV)
-    path, where = (
-        (Path(named).expanduser(), f"{TOKEN_PATH_ENV}={named}") if named else (default_token_path(), "")
-    )
-    where = where or str(path)
-    try:
-        token = path.read_text().strip()
-    except OSError:
-        return None, where
-    return (token or None), where
-
-
-def token_auth_on() -> bool:
-    """True when this process uses Ray's token authentication (``RAY_AUTH_MODE=token``): a local
-    ``ray.init()`` sets it for itself; a driver joining a cluster that uses tokens needs it set."""
-    return os.environ.get(AUTH_MODE_ENV, "").strip().lower() == "token"
-
-
-def auth_headers() -> dict[str, str]:
-    """``{"Authorization": "Bearer <token>"}`` for the dashboard's HTTP API, as Ray's own clients send it:
-    only when this process uses token auth, so a cluster without it never receives the token."""
-    token, _ = auth_token()
-    return {"Authorization": f"Bearer {token}"} if token and token_auth_on() else {}
-
-
-def _auth_refused(url: str, code: int, body: str) -> DashboardAuthError:
-    """The error for a dashboard that refused our token (or its absence): where we looked, what to do."""
-    token, where = auth_token()
-    if not token_auth_on():
-        sent = f"sent no token ({AUTH_MODE_ENV} is not 'token' in this process)"
-    elif token is None:
-        sent = f"found no token ({TOKEN_ENV} unset, {where} missing or empty)"
-    else:
-        sent = f"sent the token from {where}, which the cluster does not accept"
-    return DashboardAuthError(
-        f"{url} answered {code} ({body or 'unauthorized'}): the Ray cluster uses token authentication and the "
-        f"course {sent}. The course looks in {TOKEN_ENV}, then the file named by {TOKEN_PATH_ENV}, then "
-        f"{default_token_path()}. Get the cluster's token on its head node with `ray get-auth-token`, then "
-        f"`export {AUTH_MODE_ENV}=token {TOKEN_ENV}=<token>` (or put it in {default_token_path()}) before "
-        "starting the notebook."
-    )
-
-
-def open_dashboard(url: str, timeout_s: float = 20.0) -> bytes:
-    """GET ``url`` on a Ray dashboard, authenticated (``auth_headers``); the response body.
-
-    Raises ``DashboardAuthError`` when the dashboard refuses the token or its absence (401, or 403
-    about the token), ``DashboardHTTPError`` for any other HTTP error (with its body), and
-    ``urllib.error.URLError`` when the dashboard cannot be reached.
-    """
-    request = urllib.request.Request(url, headers=auth_headers())
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.read()
-    except urllib.error.HTTPError as err:
-        body = err.read().decode(errors="replace").strip()
-        if err.code == 401 or (err.code == 403 and "authentication token" in body.lower()):
-            raise _auth_refused(url, err.code, body[:200]) from None
-        raise DashboardHTTPError(url, err.code, body or str(err.reason)) from None
 
 
 @dataclass(frozen=True)
@@ -179,27 +77,6 @@ class RaySession:
         )
 
 
-# What ray.init() returned in start_ray, with the cluster it belongs to (gcs address): its public
-# ``dashboard_url`` is the only public place Ray gives the dashboard's address. A later
-# ray.shutdown() and start_ray() replace it.
-_ray_context: tuple[str, Any] | None = None
-
-
-def dashboard_url() -> str | None:
-    """This process's Ray dashboard as an ``http://`` URL, from what ``ray.init`` returned in
-    ``start_ray``; None when the dashboard is not running (no ray[default]) or Ray was not started
-    by ``start_ray`` (then the course knows no dashboard)."""
-    import ray
-
-    if _ray_context is None or not ray.is_initialized():
-        return None
-    gcs_address, context = _ray_context
-    if gcs_address != ray.get_runtime_context().gcs_address:
-        return None  # a context of an earlier Ray in this process
-    address = getattr(context, "dashboard_url", None)
-    return None if not address else address if address.startswith("http") else f"http://{address}"
-
-
 def _session(connected: bool) -> RaySession:
     import ray
 
@@ -210,7 +87,7 @@ def _session(connected: bool) -> RaySession:
     logs_dir = logs.session_logs_dir()
     return RaySession(
         address=ctx.gcs_address,
-        dashboard_url=dashboard_url(),
+        dashboard_url=dashboard.dashboard_url(),
         cpus=res.get("CPU", 0.0),
         gpus=res.get("GPU", 0.0),
         nodes=len([n for n in ray.nodes() if n.get("Alive")]),
@@ -253,7 +130,6 @@ def start_ray(
     Ray Data's actor pools included, live there, so lesson 06 on a shared cluster finds this
     learner's actors and never another learner's.
     """
-    global _ray_context
     import ray
 
     from course_utils import config, rayinternals, storage
@@ -308,7 +184,7 @@ def start_ray(
             # test's), then fails with "num_cpus ... must not be provided".
             init_kwargs.setdefault("address", "local")
             context = ray.init(num_cpus=cpus, **init_kwargs)
-        _ray_context = (ray.get_runtime_context().gcs_address, context)
+        dashboard.remember_ray_context(context)
         # Ray Train's controller asks this actor for resources with a 5 s timeout; created now, it is
         # up long before the first fit (ready_for_fits waits for it, rayinternals says why).
         rayinternals.start_autoscaling_coordinator()
@@ -329,13 +205,15 @@ def _connect(address: str, runtime_env: dict[str, Any], init_kwargs: dict[str, A
     except (ConnectionError, ray.exceptions.AuthenticationError) as err:
         if not _refused_for_token(err):
             raise
-        token, where = auth_token()
-        found = f"the token from {where}" if token else f"no token ({TOKEN_ENV} unset, {where} missing)"
+        token, where = dashboard.auth_token()
+        found = (
+            f"the token from {where}" if token else f"no token ({dashboard.TOKEN_ENV} unset, {where} missing)"
+        )
         raise ConnectionError(
             f"The Ray cluster at {address} uses token authentication and refused this driver "
-            f"({AUTH_MODE_ENV}={os.environ.get(AUTH_MODE_ENV, '<unset>')}, {found}). A driver joining it needs "
-            f"`export {AUTH_MODE_ENV}=token` and the cluster's token: {TOKEN_ENV}=<token>, or the file named by "
-            f"{TOKEN_PATH_ENV}, or {default_token_path()}. The host prints it with `ray get-auth-token` on the "
+            f"({dashboard.AUTH_MODE_ENV}={os.environ.get(dashboard.AUTH_MODE_ENV, '<unset>')}, {found}). A driver joining it needs "
+            f"`export {dashboard.AUTH_MODE_ENV}=token` and the cluster's token: {dashboard.TOKEN_ENV}=<token>, or the file named by "
+            f"{dashboard.TOKEN_PATH_ENV}, or {dashboard.default_token_path()}. The host prints it with `ray get-auth-token` on the "
             "head node."
         ) from err
 
@@ -466,63 +344,3 @@ def check_resources(scaling_config: Any, global_batch: int | None = None) -> Non
                 + (f" (at most {int(have.get(name, 0) // amount)} here)" if amount else "")
                 + "."
             )
-
-
-def _state_address() -> str:
-    """This driver's cluster, for the state API.
-
-    Without an address the state API auto-detects Ray on the machine and fails with
-    "Found multiple active Ray instances" when two notebooks each started one.
-    """
-    import ray
-
-    if not ray.is_initialized():
-        raise RuntimeError("Ray is not running in this process: call course_utils.session.start_ray() first.")
-    if not dashboard_url():
-        raise StateApiUnavailable(
-            "The Ray dashboard is not running, and the state API is served by it. It needs the `default` extra "
-            "(ray[default], in requirements.txt) and can fail to start on an overloaded machine: see "
-            "dashboard.log in the session's logs folder, then restart the kernel."
-        )
-    return ray.get_runtime_context().gcs_address
-
-
-def alive_actors(class_substring: str = "") -> list[dict[str, Any]]:
-    """Alive actors from Ray's state API (needs the dashboard), optionally filtered by class.
-
-    Each row has the actor's class, id, pid, node, name, Ray namespace and job id.
-    """
-    from ray.util.state import list_actors
-
-    actors = list_actors(address=_state_address(), filters=[("state", "=", "ALIVE")], limit=1000, detail=True)
-    rows = [
-        {
-            "class_name": a.class_name,
-            "actor_id": a.actor_id,
-            "pid": a.pid,
-            "node_id": a.node_id,
-            "name": a.name,
-            "namespace": a.ray_namespace,
-            "job_id": a.job_id,
-        }
-        for a in actors
-    ]
-    return [r for r in rows if class_substring in (r["class_name"] or "")]
-
-
-TRAIN_ACTOR_CLASSES = ("TrainController", "RayTrainWorker")
-
-
-def train_actors() -> list[dict[str, Any]]:
-    """Ray Train's controller and worker actors in any state (alive during a fit, dead after)."""
-    from ray.util.state import list_actors
-
-    rows = []
-    for cls in TRAIN_ACTOR_CLASSES:
-        for a in list_actors(
-            address=_state_address(), filters=[("class_name", "=", cls)], limit=1000, detail=True
-        ):
-            rows.append(
-                {"class_name": a.class_name, "state": a.state, "pid": a.pid, "actor_id": a.actor_id[:12]}
-            )
-    return rows

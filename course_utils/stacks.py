@@ -6,7 +6,7 @@ Ray: their rank, pid and node from Ray Train's run state (``course_utils.runstat
 here for a worker on this machine; for a worker on another node it comes through the dashboard's
 ``/worker/traceback`` endpoint, which runs py-spy on that node (it answers 403 unless the head was
 started with ``RAY_DASHBOARD_ENABLE_PROFILING=1``, and needs py-spy on the node; the request carries
-the cluster's auth token, ``session.open_dashboard``).
+the cluster's auth token, ``dashboard.open_dashboard``).
 
 ``learner_frames`` keeps the frames between Ray's call into the training function and the
 first library frame below it: where *your* code is, and the line it is waiting on.
@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course_utils import rayinternals
+from course_utils import dashboard, rayinternals
 
 # Ray Train V2 calls the training function from a wrapper whose frame this is: the frame just
 # inside it is the learner's function.
-TRAIN_FN_ENTRY = rayinternals.TRAIN_FN_ENTRY
 WORKER_CLASS = "RayTrainWorker"  # the class `ray list actors` shows for a Train worker
 SYNC_ACTOR_CLASS = rayinternals.TRAIN_SYNC_ACTOR_CLASS
 # Ray Train's own warning while a rank is missing from a report barrier.
@@ -203,7 +202,7 @@ def learner_frames(frames: list[Frame], functions: Iterable[str] = ()) -> list[F
     outer_first = list(reversed(frames))
     start = None
     for i, frame in enumerate(outer_first):
-        if frame.function == TRAIN_FN_ENTRY and i + 1 < len(outer_first):
+        if frame.function == rayinternals.TRAIN_FN_ENTRY and i + 1 < len(outer_first):
             start = i + 1
             break
         if frame.function.split(".")[-1] in names or frame.function in names:
@@ -281,9 +280,9 @@ def dump_via_dashboard(
 ) -> dict[str, list[Frame]]:
     """The dashboard's ``/worker/traceback`` (py-spy on the worker's node), as threads of frames.
 
-    A refused token raises ``session.DashboardAuthError``; any other HTTP error ``StackUnavailable``.
+    A refused token raises ``dashboard.DashboardAuthError``; any other HTTP error ``StackUnavailable``.
     """
-    from course_utils.session import DashboardHTTPError, open_dashboard
+    from course_utils.dashboard import DashboardHTTPError, open_dashboard
 
     query = urllib.parse.urlencode({"pid": pid, "node_id": node_id})
     url = f"{dashboard_url.rstrip('/')}/worker/traceback?{query}"
@@ -329,7 +328,7 @@ def train_workers(run_name: str | None = None) -> list[dict[str, Any]]:
     """
     import ray
 
-    from course_utils import runstate, session
+    from course_utils import runstate
 
     if run_name is not None:
         try:
@@ -350,7 +349,7 @@ def train_workers(run_name: str | None = None) -> list[dict[str, Any]]:
     job = ray.get_runtime_context().get_job_id()
     return [
         {"rank": None, "pid": a["pid"], "node_id": a["node_id"], "node_ip": None, "actor_id": a["actor_id"]}
-        for a in session.alive_actors(WORKER_CLASS)
+        for a in dashboard.alive_actors(WORKER_CLASS)
         if a["job_id"] == job
     ]
 
@@ -358,9 +357,8 @@ def train_workers(run_name: str | None = None) -> list[dict[str, Any]]:
 def worker_stacks(workers: list[dict[str, Any]], dashboard_url: str | None = None) -> list[WorkerStack]:
     """Dump every worker in ``workers`` (``train_workers()`` rows), ordered by rank. A worker on another
     machine is read through the dashboard (``dashboard_url``, by default the one ``start_ray`` found)."""
-    from course_utils import session
 
-    dashboard_url = dashboard_url or session.dashboard_url()
+    dashboard_url = dashboard_url or dashboard.dashboard_url()
     stacks = []
     for w in workers:
         threads, source = dump(w["pid"], w.get("node_id"), w.get("node_ip"), dashboard_url)
@@ -386,12 +384,10 @@ def actor_logs(class_name: str, job_id: str | None = None, exclude: Iterable[str
     import ray
     from ray.util.state import get_log
 
-    from course_utils import session
-
     address = ray.get_runtime_context().gcs_address
     job_id = job_id or ray.get_runtime_context().get_job_id()
     skip = set(exclude)
-    for actor in session.alive_actors(class_name):
+    for actor in dashboard.alive_actors(class_name):
         if actor["job_id"] != job_id or actor["class_name"] != class_name or actor["actor_id"] in skip:
             continue
         try:
@@ -459,15 +455,12 @@ class HangWatch:
 
     def start(self) -> HangWatch:
         if self.signal is barrier_warning:
-            from course_utils import session
-
-            earlier = {a["actor_id"] for a in session.alive_actors(SYNC_ACTOR_CLASS)}
+            earlier = {a["actor_id"] for a in dashboard.alive_actors(SYNC_ACTOR_CLASS)}
             self.signal = lambda: barrier_warning(exclude=earlier)
         self._thread.start()
         return self
 
     def _run(self) -> None:
-        from course_utils import session
 
         deadline = time.monotonic() + self.timeout_s
         try:
@@ -475,7 +468,7 @@ class HangWatch:
                 warning = self.signal()
                 if warning:
                     self.signalled_at = time.time()
-                    self.stacks = worker_stacks(train_workers(self.run_name), session.dashboard_url())
+                    self.stacks = worker_stacks(train_workers(self.run_name), dashboard.dashboard_url())
                     self.warning = warning
                     return
                 self._stop.wait(self.poll_s)
@@ -509,8 +502,6 @@ class HangWatch:
 
 # Ray Data's coordinator of a streaming_split, and its warning when a reader has waited 30 s for the
 # others (its barrier state is private: see course_utils.rayinternals).
-SPLIT_COORDINATOR_CLASS = rayinternals.SPLIT_COORDINATOR_CLASS
-SPLIT_WARNING = rayinternals.SPLIT_WARNING
 
 
 class SplitHangError(RuntimeError):
@@ -538,8 +529,8 @@ class SplitReader:
 
 def split_warning(job_id: str | None = None) -> str | None:
     """Ray Data's "blocked waiting on other clients" warning, from this job's SplitCoordinator logs."""
-    for text in actor_logs(SPLIT_COORDINATOR_CLASS, job_id):
-        lines = [line.strip() for line in text.splitlines() if SPLIT_WARNING in line]
+    for text in actor_logs(rayinternals.SPLIT_COORDINATOR_CLASS, job_id):
+        lines = [line.strip() for line in text.splitlines() if rayinternals.SPLIT_WARNING in line]
         if lines:
             return lines[-1]
     return None

@@ -5,17 +5,34 @@ local folder, a shared mount and ``s3://`` alike. A learner's runs live in their
 ``<COURSE_STORAGE>/course-<learner>`` (``config.learner_storage_root``): learners sharing one
 storage never see or delete each other's runs. ``prepare_learner_storage`` creates that folder
 with its ownership record; it is called where the course first writes there.
+
+Ownership records: a workshop shares one ``COURSE_STORAGE`` (a mount or an ``s3://`` prefix) and one
+cluster among many learners, and a ``COURSE_STORAGE`` may even be a folder full of other things
+(``.``, ``/tmp``). So the course deletes only folders that carry its ownership record, ``OWNER_FILE``,
+naming the learner (``config.learner()``) the course wrote it for. It writes one when it creates the
+learner's storage folder (``prepare_learner_storage``), a Parquet folder (``raydata.write_parquet``)
+and the offline MNIST copy (``data.ensure_mnist``). Records go through pyarrow filesystems, so a
+local folder and ``s3://`` work alike. The file name starts with a dot: Ray Data's ``read_parquet``
+and pyarrow's dataset discovery skip it.
+
+A shared folder: on one machine (a local Ray, or nodes that all run here) every node sees the
+driver's disk; on real machines a folder on the driver's disk is not on the others, and Ray Train
+fails only once a worker there reports its first checkpoint. ``check_storage_shared`` writes a probe
+file into the folder and asks a zero-CPU task on each other node whether it sees it, so a local
+``COURSE_STORAGE`` on several machines fails fast, in one sentence.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
 
-from course_utils import ownership
 from course_utils.config import (
     CourseConfigError,
     build_root,
@@ -25,6 +42,151 @@ from course_utils.config import (
     s3_endpoint,
     storage_root,
 )
+
+OWNER_FILE = ".course-owner.json"
+COURSE_ID = "ray-train-course"
+
+# Remote folders this process already claimed (one storage round trip each, not one per call).
+_claimed: set[tuple[str, str, str]] = set()
+
+
+class CleanupRefused(PermissionError):
+    """A deletion the course will not do: the path is not the course's. The message says why."""
+
+
+def _learner() -> str:
+    from course_utils.config import learner
+
+    return learner()
+
+
+def read_owner(fs: pafs.FileSystem, path: str) -> dict[str, Any] | None:
+    """The course's ownership record of folder ``path``, or None when it has none (or a foreign one)."""
+    record_path = f"{path.rstrip('/')}/{OWNER_FILE}"
+    if fs.get_file_info(record_path).type != pafs.FileType.File:
+        return None
+    try:
+        with fs.open_input_stream(record_path) as f:
+            record = json.loads(f.read().decode())
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(record, dict) or record.get("course") != COURSE_ID or not record.get("learner"):
+        return None
+    return record
+
+
+def write_owner(fs: pafs.FileSystem, path: str, kind: str) -> dict[str, Any]:
+    """Create folder ``path`` (if needed) and record that the course made it for this learner."""
+    record = {
+        "course": COURSE_ID,
+        "learner": _learner(),
+        "kind": kind,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    fs.create_dir(path, recursive=True)
+    with fs.open_output_stream(f"{path.rstrip('/')}/{OWNER_FILE}") as f:
+        f.write((json.dumps(record, indent=1) + "\n").encode())
+    return record
+
+
+def is_mine(fs: pafs.FileSystem, path: str) -> bool:
+    """True when folder ``path`` carries the course's record naming this learner."""
+    record = read_owner(fs, path)
+    return record is not None and record["learner"] == _learner()
+
+
+def claim_folder(fs: pafs.FileSystem, path: str, kind: str) -> None:
+    """Write the ownership record of folder ``path`` unless it has one (once per process for remote
+    storage). A record naming another learner is left as it is: that folder stays theirs."""
+    key = (fs.type_name, path.rstrip("/"), _learner())
+    if key in _claimed:
+        return
+    if read_owner(fs, path) is None:
+        write_owner(fs, path, kind)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        _claimed.add(key)
+
+
+def claim_local_folder(path: str | Path, kind: str) -> None:
+    """``claim_folder`` for a local folder (a stat when the record is already there)."""
+    path = str(path)
+    if (Path(path) / OWNER_FILE).is_file():
+        return
+    claim_folder(pafs.LocalFileSystem(), path, kind)
+
+
+def refuse_unless_mine(fs: pafs.FileSystem, path: str, shown: str, action: str) -> None:
+    """Raise ``CleanupRefused`` unless folder ``path`` is this learner's (``shown`` names it in the message)."""
+    record = read_owner(fs, path)
+    if record is None:
+        raise CleanupRefused(
+            f"Refusing to {action} {shown}: it has no {OWNER_FILE}, so the course did not create it "
+            "(someone else's folder, or your own files). Remove it yourself if you mean to, or use another path."
+        )
+    if record["learner"] != _learner():
+        raise CleanupRefused(
+            f"Refusing to {action} {shown}: the course wrote it for learner {record['learner']!r}, and you are "
+            f"{_learner()!r} (COURSE_LEARNER). Each learner removes only their own."
+        )
+
+
+# (cluster address, folder) pairs found shared in this process: each is probed once.
+_seen_everywhere: set[tuple[str, str]] = set()
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def machines_without(folder: str | Path, timeout_s: float = 20.0) -> list[str]:
+    """The addresses of the cluster's other nodes that do not see ``folder`` (a local path); [] when
+    every node does, when Ray is not running, or when a node does not answer within ``timeout_s``
+    (a busy node is not called blind)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not ray.is_initialized():
+        return []
+    here = ray.get_runtime_context().get_node_id()
+    others = [n for n in ray.nodes() if n["Alive"] and n["NodeID"] != here]
+    if not others:
+        return []
+    probe = Path(folder) / f".course-probe-{uuid.uuid4().hex[:12]}"
+    probe.write_text("written by the driver: does every node see this folder?\n")
+    try:
+        exists = ray.remote(num_cpus=0, max_retries=0)(_exists)
+        asked = {
+            n["NodeManagerAddress"]: exists.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+            ).remote(str(probe))
+            for n in others
+        }
+        ready, _ = ray.wait(list(asked.values()), num_returns=len(asked), timeout=timeout_s)
+        return sorted({ip for ip, ref in asked.items() if ref in ready and not ray.get(ref)})
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def check_storage_shared(folder: str, setting: str = "COURSE_STORAGE") -> None:
+    """Raise ``CourseConfigError`` in one sentence when ``folder`` (the local storage a fit will use) is
+    not seen by every machine of the cluster; once per cluster and folder in a process."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    key = (ray.get_runtime_context().gcs_address, str(folder))
+    if key in _seen_everywhere:
+        return
+    blind = machines_without(folder)
+    if blind:
+        raise CourseConfigError(
+            f"{setting}={os.environ.get(setting) or folder} is a folder on this machine only: the cluster's "
+            f"machine(s) at {', '.join(blind)} do not see it, so their training workers could not write "
+            f"checkpoints there; set {setting} to a shared mount that every machine sees at the same path, "
+            "or to s3://bucket/prefix."
+        )
+    _seen_everywhere.add(key)
+
 
 # Ray Train's record of which checkpoints of a run count (ray.train.v2 constants).
 SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
@@ -59,7 +221,7 @@ def prepare_learner_storage() -> str:
             "link, or set COURSE_STORAGE (or COURSE_LEARNER) to use another folder."
         )
     path.mkdir(exist_ok=True)
-    ownership.claim_local(path, "learner folder")
+    claim_local_folder(path, "learner folder")
     return mine
 
 
@@ -93,7 +255,7 @@ def ray_storage() -> tuple[str, pafs.FileSystem | None]:
     path, fs = _storage_for(storage_root())  # checks the shared URI (e.g. that it names a bucket)
     if fs is None:
         mine = prepare_learner_storage()  # created locally, with its ownership record
-        from course_utils.shared_disk import check_storage_shared
+        from course_utils.storage import check_storage_shared
 
         check_storage_shared(mine)  # on a cluster of several machines: does every one see it?
         return mine, None
@@ -162,7 +324,7 @@ def learner_filesystem_and_root(claim: bool = True) -> tuple[pafs.FileSystem, st
     if claim and isinstance(fs, pafs.LocalFileSystem):
         prepare_learner_storage()  # creates the folder with its record
     elif claim:
-        ownership.claim(fs, path, "learner folder")
+        claim_folder(fs, path, "learner folder")
     return fs, path
 
 

@@ -16,21 +16,12 @@ from typing import Any
 import pandas as pd
 import torch
 
-from course_utils import bars, data
+from course_utils import data
 from course_utils.config import Profile, get_profile
 from course_utils.device import get_device
 from course_utils.model import build_resnet18
-
-# re-exported: lesson 02 imports it from here
-from course_utils.plan import per_worker_batch as per_worker_batch
-
-# Re-exported (``x as x``): lessons 01, 02 and 04 and the loops here import the shared steps from training.
-from course_utils.steps import REPORTED_METRICS as REPORTED_METRICS
-from course_utils.steps import epoch_metrics as epoch_metrics
-from course_utils.steps import evaluate as evaluate
-from course_utils.steps import sum_across_workers as sum_across_workers
-from course_utils.steps import train_one_epoch as train_one_epoch
-from course_utils.steps import train_step as train_step
+from course_utils.progress import progress_bar
+from course_utils.steps import REPORTED_METRICS, evaluate, train_one_epoch
 
 
 def train_baseline(
@@ -54,9 +45,9 @@ def train_baseline(
     model = build_resnet18().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=profile.lr)
     rows = []
-    for epoch in bars.bar(range(profile.epochs), desc=f"epochs on {device}", disable=not progress):
+    for epoch in progress_bar(range(profile.epochs), desc=f"epochs on {device}", disable=not progress):
         start = time.perf_counter()
-        batches = bars.bar(train_loader, desc=f"epoch {epoch}", leave=False, disable=not progress)
+        batches = progress_bar(train_loader, desc=f"epoch {epoch}", leave=False, disable=not progress)
         train_loss, images = train_one_epoch(model, batches, optimizer, device)
         seconds = time.perf_counter() - start
         rows.append(

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from course_utils.canary import normalise
 from course_utils.config import REPO_ROOT
+from course_utils.install import normalise
 
 # What a Colab runtime has before a lesson runs (the list), by distribution name.
 STACK = (

@@ -1,7 +1,7 @@
 """Run a lesson the way the tests do: nbmake's runner, executed copy kept under ``build/tests``.
 
 ``answered=True`` runs the lesson as shipped and then, in the same kernel, each exercise cell
-with its published solution pasted in (``course_utils.solutions``), as a learner would.
+with its published solution pasted in (``maintainer_tools.answered``), as a learner would.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import nbformat
 from nbmake.nb_result import NotebookResult
 from nbmake.nb_run import NotebookRun
 
-from course_utils import solutions
 from course_utils.config import build_root
-from course_utils.docsite import WIDGET_STATE, WIDGET_VIEW
-from course_utils.run_course import lessons
+from maintainer_tools.answered import answered_notebook
+from maintainer_tools.docsite import WIDGET_STATE, WIDGET_VIEW
+from maintainer_tools.run_course import lessons
 
 # The paths a learner takes (CONTRIBUTING.md, "Tests"); tests mark themselves with
 # @pytest.mark.path(NAME) and the end of the test output sums each path up (conftest.py).
@@ -38,7 +38,7 @@ LESSONS = lessons()  # notebooks/NN_*.ipynb in order, as ./build.sh course runs 
 
 def run_lesson(path: Path, label: str, *, answered: bool, timeout_s: int = 600) -> NotebookResult:
     """Execute ``path`` in a fresh course kernel; the executed copy is ``build/tests/<label>/<name>``."""
-    nb = solutions.answered_notebook(path) if answered else nbformat.read(str(path), as_version=4)
+    nb = answered_notebook(path) if answered else nbformat.read(str(path), as_version=4)
     out_dir = build_root() / "tests" / label
     out_dir.mkdir(parents=True, exist_ok=True)
     copy = out_dir / Path(path).name

@@ -26,7 +26,7 @@ import uuid
 
 import pytest
 
-from course_utils.cluster import LocalCluster, NodeSpec
+from maintainer_tools.cluster import LocalCluster, NodeSpec
 
 ORGANISER_NOTE = "NOTES-from-the-organiser.txt"
 TEAMMATE = "teammate"

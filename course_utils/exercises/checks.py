@@ -6,15 +6,79 @@ called on the placeholder prints "not attempted yet" and where the solution is, 
 ``ExerciseError`` saying in plain words what is wrong; on a right one it prints why it is right
 ("Exercise NN.k: correct. ..."). Checks return None, so a notebook cell shows their words and no
 stray ``True``/``False``. ``hint("NN.k")`` and ``solution("NN.k")`` read
-``notebooks/solutions/NN_*.md``. The checks themselves are in ``lesson01`` ... ``lesson06``.
+``notebooks/solutions/NN_*.md`` (the k-th placeholder of lesson NN is "Exercise NN.k"; its solution
+is the first ```python block under ``## Exercise NN.k``, its hint the ``**Hint:**`` paragraph). The
+checks themselves are in ``lesson01`` ... ``lesson06``.
 """
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
-from course_utils import solutions
-from course_utils.solutions import solutions_dir
+from course_utils.config import REPO_ROOT
+
+
+def solutions_dir() -> Path:
+    """``notebooks/solutions`` of the checkout; outside one (Colab, a lesson alone), the copy installed
+    with the package as ``course_utils._solutions`` (pyproject.toml's package-dir)."""
+    checkout = REPO_ROOT / "notebooks" / "solutions"
+    return checkout if checkout.is_dir() else Path(__file__).resolve().parents[1] / "_solutions"
+
+
+_HEADING = re.compile(r"^## Exercise (?P<id>\d\d\.\d+)\b", re.M)
+_HINT = re.compile(r"^\*\*Hint:\*\*(?P<hint>.*?)(?:\n\s*\n|\Z)", re.M | re.S)
+_CODE = re.compile(r"```python\n(?P<code>.*?)```", re.S)
+
+
+class SolutionsError(ValueError):
+    """The solutions file and the lesson's exercise cells do not match one to one."""
+
+
+def _sections(lesson: str) -> tuple[str, dict[str, str]]:
+    """(file name, ``{"NN.k": text under its heading}``) of ``notebooks/solutions/NN_*.md``, in order."""
+    found = sorted(solutions_dir().glob(f"{lesson}_*.md"))
+    if len(found) != 1:
+        raise SolutionsError(f"Expected one notebooks/solutions/{lesson}_*.md, found {len(found)}.")
+    text = found[0].read_text()
+    headings = list(_HEADING.finditer(text))
+    ends = [h.start() for h in headings[1:]] + [len(text)]
+    return found[0].name, {h["id"]: text[h.end() : end] for h, end in zip(headings, ends, strict=True)}
+
+
+def solutions(lesson: str) -> dict[str, str]:
+    """``{"NN.k": code}`` from ``notebooks/solutions/NN_*.md``, in the file's order."""
+    name, sections = _sections(lesson)
+    result = {}
+    for exercise, section in sections.items():
+        code = _CODE.search(section)
+        if code is None:
+            raise SolutionsError(f"{name}: Exercise {exercise} has no ```python block.")
+        result[exercise] = code["code"]
+    return result
+
+
+def _section(exercise: str) -> str:
+    """The text under ``## Exercise NN.k`` in the lesson's solutions file, up to the next heading."""
+    name, sections = _sections(exercise[:2])
+    if exercise not in sections:
+        raise SolutionsError(f"{name} has no '## Exercise {exercise}' section.")
+    return sections[exercise]
+
+
+def hint_text(exercise: str) -> str:
+    """The ``**Hint:**`` paragraph of an exercise's solution section (a nudge, not the answer)."""
+    match = _HINT.search(_section(exercise))
+    if match is None:
+        raise SolutionsError(f"Exercise {exercise} has no **Hint:** paragraph in its solutions file.")
+    return " ".join(match["hint"].split())
+
+
+def solution_text(exercise: str) -> str:
+    """An exercise's published solution: its text without the hint (code block included)."""
+    section = _HINT.sub("", _section(exercise), count=1)
+    return section.split("\n", 1)[1].strip() if "\n" in section else section.strip()
 
 
 class ExerciseError(AssertionError):
@@ -41,12 +105,12 @@ def not_attempted(exercise: str, answer: Any) -> bool:
 
 def hint(exercise: str) -> None:
     """Print a hint for exercise ``"NN.k"``: a nudge toward the answer, not the answer."""
-    print(f"Hint for exercise {exercise}: {solutions.hint(exercise)}")
+    print(f"Hint for exercise {exercise}: {hint_text(exercise)}")
 
 
 def solution(exercise: str) -> None:
     """Show the published solution of exercise ``"NN.k"`` (try the hint first)."""
-    text = f"**Solution to exercise {exercise}**\n\n{solutions.solution(exercise)}"
+    text = f"**Solution to exercise {exercise}**\n\n{solution_text(exercise)}"
     try:
         from IPython.display import Markdown, display
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from course_utils import batch_format
 from course_utils.exercises.checks import correct, not_attempted, one_line, ran_but, wrong
 
 KEEP_DIGITS = (3, 8)  # exercise 03.1: the two-class subset, relabelled 0 (a 3) and 1 (an 8)
@@ -48,7 +49,7 @@ def _transform_batches() -> list[tuple[str, dict[str, Any]]]:
     """Hand-made batches as ``map_batches(batch_format="numpy")`` passes them after ``read_parquet``."""
     import numpy as np
 
-    from course_utils import raydata
+    from course_utils import batch_format, raydata
 
     rng = np.random.default_rng(7)
     cases = []
@@ -58,8 +59,8 @@ def _transform_batches() -> list[tuple[str, dict[str, Any]]]:
     ):
         pixels = rng.integers(0, 256, size=(len(labels), raydata.PIXELS), dtype=np.uint8)
         batch = {
-            raydata.IMAGE: np.array([p.tobytes() for p in pixels], dtype=object),
-            raydata.LABEL: np.array(labels, dtype=np.int64),
+            batch_format.IMAGE: np.array([p.tobytes() for p in pixels], dtype=object),
+            batch_format.LABEL: np.array(labels, dtype=np.int64),
         }
         cases.append((what, batch))
     return cases
@@ -70,11 +71,9 @@ def transform_problems(transform: Callable[[dict[str, Any]], Any]) -> list[str]:
     line each, from calling it on hand-made numpy batches (no Ray)."""
     import numpy as np
 
-    from course_utils import raydata
-
-    columns = {raydata.IMAGE, raydata.LABEL}
+    columns = {batch_format.IMAGE, batch_format.LABEL}
     for what, batch in _transform_batches():
-        keep = np.isin(batch[raydata.LABEL], KEEP_DIGITS)
+        keep = np.isin(batch[batch_format.LABEL], KEEP_DIGITS)
         given = {k: v.copy() for k, v in batch.items()}
         try:
             out = transform(given)
@@ -97,7 +96,7 @@ def transform_problems(transform: Callable[[dict[str, Any]], Any]) -> list[str]:
                 f"on {what} your columns have different lengths {lengths}: cut every column with the "
                 "same mask (a label without its image, or the reverse, is no row at all)."
             ]
-        labels = np.asarray(out[raydata.LABEL])
+        labels = np.asarray(out[batch_format.LABEL])
         if not np.issubdtype(labels.dtype, np.integer):
             return [
                 f"the labels are {labels.dtype}: make them integers, e.g. .astype(np.int64) "
@@ -108,8 +107,8 @@ def transform_problems(transform: Callable[[dict[str, Any]], Any]) -> list[str]:
                 f"on {what} it kept {len(labels)} rows, but only {int(keep.sum())} of them are a 3 or an 8: "
                 "keep only those rows (a boolean mask, np.isin(batch['label'], (3, 8)), cuts every column alike)."
             ]
-        expected = (batch[raydata.LABEL][keep] == KEEP_DIGITS[1]).astype(np.int64)
-        if np.array_equal(labels, batch[raydata.LABEL][keep]) and len(labels):
+        expected = (batch[batch_format.LABEL][keep] == KEEP_DIGITS[1]).astype(np.int64)
+        if np.array_equal(labels, batch[batch_format.LABEL][keep]) and len(labels):
             return ["the labels are still 3 and 8: relabel them, 3 -> 0 and 8 -> 1."]
         if np.array_equal(labels, 1 - expected) and len(labels):
             return ["the labels are swapped: a 3 becomes 0 and an 8 becomes 1."]
@@ -118,10 +117,10 @@ def transform_problems(transform: Callable[[dict[str, Any]], Any]) -> list[str]:
                 f"on {what} the labels are {labels.tolist()}; expected {expected.tolist()} (3 -> 0, 8 -> 1)."
             ]
         try:
-            pixels = _pixel_rows(out[raydata.IMAGE])
+            pixels = _pixel_rows(out[batch_format.IMAGE])
         except (TypeError, ValueError):
             pixels = None
-        wanted = _pixel_rows(batch[raydata.IMAGE][keep])
+        wanted = _pixel_rows(batch[batch_format.IMAGE][keep])
         if pixels is None or pixels.shape != wanted.shape or not np.array_equal(pixels, wanted):
             return [
                 "the images are not the kept rows' images, unchanged and in the same order as their labels: "
@@ -155,7 +154,7 @@ def check_batch_transform(transform: Any, exercise: str = "03.1") -> None:
         .map_batches(raydata.normalise_batch, batch_format="numpy", batch_size=None)
     )
     try:
-        got = [b[raydata.LABEL] for b in pipeline.iter_batches(batch_size=None, batch_format="numpy")]
+        got = [b[batch_format.LABEL] for b in pipeline.iter_batches(batch_size=None, batch_format="numpy")]
     except Exception as error:  # the learner's function failed inside a Ray Data task: say how, in one line
         raise wrong(exercise, f"your function raised inside Ray Data: {one_line(error)}") from None
     counts = np.bincount(np.concatenate(got) if got else np.zeros(0, np.int64), minlength=2)

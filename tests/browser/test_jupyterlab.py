@@ -44,9 +44,10 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.cluster import _end_group, free_port
 from course_utils.config import REPO_ROOT
-from course_utils.run_course import KERNEL
+from course_utils.elastic import free_port
+from maintainer_tools.cluster import _end_group
+from maintainer_tools.run_course import KERNEL
 from tests.chromium import browser, chromium, nonlocal_requests  # noqa: F401 (browser, chromium: fixtures)
 from tests.notebook_runs import BROWSER as BROWSER_PATH
 from tests.notebook_runs import CLUSTER, LESSONS, S3, SHARED

@@ -1,6 +1,6 @@
 """The documentation site, built as ``./build.sh docs`` builds it and read in Chromium.
 
-The build (``course_utils.docsite.build``: MkDocs in strict mode, so a broken link or anchor fails it)
+The build (``maintainer_tools.docsite.build``: MkDocs in strict mode, so a broken link or anchor fails it)
 takes the lessons executed earlier in the same ``./build.sh test`` run (``build/tests/lessons``;
 this module runs last, ``conftest.py``), or ``./build.sh course``'s copies. Then a local HTTP server
 on 127.0.0.1 serves ``build/site`` and Chromium opens every page the site's navigation and links
@@ -26,7 +26,7 @@ from urllib.parse import urldefrag
 
 import pytest
 
-from course_utils import docsite
+from maintainer_tools import docsite
 from tests.chromium import browser, chromium, nonlocal_requests  # noqa: F401 (browser, chromium: fixtures)
 from tests.notebook_runs import DOCS_SITE
 

@@ -273,7 +273,8 @@ def test_local_storage_stops_lesson_02_in_one_sentence(hosts, summary_note):
 SHARED_FIT = textwrap.dedent(
     """
     import json, sys
-    from course_utils import cluster, config, session, training
+    from course_utils import config, session, training
+    from maintainer_tools import cluster
     from course_utils.history import metric_history
 
     session.start_ray(verbose=False)

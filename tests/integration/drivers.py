@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from course_utils.cluster import LocalCluster
 from course_utils.config import REPO_ROOT
+from maintainer_tools.cluster import LocalCluster
 
 
 def run_driver(

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.path(GPU_SHAPED)]
 
 def test_bench_train_gpu_runs_every_way_in_a_cpu_rehearsal(mnist_root):
     run = subprocess.run(
-        [sys.executable, "-m", "course_utils.bench", "train", "--gpu", "--cpu-rehearsal"]
+        [sys.executable, "-m", "maintainer_tools.bench", "train", "--gpu", "--cpu-rehearsal"]
         + ["--rows", "256", "--epochs", "2", "--batch-size", "64"],
         cwd=REPO_ROOT,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "COURSE_DATA": str(mnist_root)},

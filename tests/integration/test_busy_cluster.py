@@ -16,8 +16,8 @@ import textwrap
 
 import pytest
 
-from course_utils.cluster import LocalCluster, NodeSpec
 from course_utils.config import REPO_ROOT
+from maintainer_tools.cluster import LocalCluster, NodeSpec
 from tests.notebook_runs import CLUSTER, SHARED
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(CLUSTER), pytest.mark.path(SHARED)]

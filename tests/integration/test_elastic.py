@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from course_utils import cluster, faults, history, lesson_code, training
+from course_utils import elastic, faults, history, lesson_code, training
 from course_utils import storage as runs_storage
 from course_utils.config import get_profile
 
@@ -23,9 +23,9 @@ def test_an_elastic_run_grows_when_a_node_joins_and_shrinks_when_it_leaves(ray_s
     from ray.train.torch import TorchTrainer
 
     slot = f"test_slot_{uuid.uuid4().hex[:8]}"
-    nodes, reason = cluster.add_local_nodes(1, num_cpus=1, resources={slot: 1})
+    nodes, reason = elastic.add_local_nodes(1, num_cpus=1, resources={slot: 1})
     assert reason is None
-    joining = cluster.ExtraNode(num_cpus=1, resources={slot: 1})
+    joining = elastic.ExtraNode(num_cpus=1, resources={slot: 1})
     profile = get_profile("smoke").with_(
         epochs=3, train_size=256, test_size=128, batch_size=64, num_workers=2
     )
@@ -36,9 +36,9 @@ def test_an_elastic_run_grows_when_a_node_joins_and_shrinks_when_it_leaves(ray_s
     def registered(n: int) -> bool:
         return len(runs_storage.reported_checkpoints(name)) >= n
 
-    cluster.refresh_autoscaling_coordinator()
-    joining.start_when(lambda: registered(1), then=cluster.refresh_autoscaling_coordinator)
-    joining.stop_when(lambda: registered(2), graceful=True, then=cluster.refresh_autoscaling_coordinator)
+    elastic.refresh_autoscaling_coordinator()
+    joining.start_when(lambda: registered(1), then=elastic.refresh_autoscaling_coordinator)
+    joining.stop_when(lambda: registered(2), graceful=True, then=elastic.refresh_autoscaling_coordinator)
     path, fs = runs_storage.ray_storage()
     trainer = TorchTrainer(
         lesson_code.train_loop_resumable,
@@ -69,7 +69,7 @@ def test_an_elastic_run_grows_when_a_node_joins_and_shrinks_when_it_leaves(ray_s
     assert runs["world_size"].tolist() == [1, 2, 1], "1 worker, 2 once the node joined, 1 once it left"
     assert runs["start_epoch"].tolist() == [0, 1, 2], "each new group resumed from the last checkpoint"
     assert {profile.batch_size // w * w for w in runs["world_size"]} == {profile.batch_size}
-    decisions = cluster.scaling_decisions(name)
+    decisions = elastic.scaling_decisions(name)
     resized = [d for d in decisions if d["kind"] == "resize"]
     assert [d["workers"] for d in resized] == [2], "the controller's own decision to grow"
     assert resized[0]["time"] > joining.joined_time, "after the node registered"

@@ -5,7 +5,6 @@ import re
 
 import pytest
 
-from course_utils import solutions
 from course_utils.exercises import checks, lesson02
 
 pytestmark = pytest.mark.integration
@@ -18,10 +17,11 @@ import ray.train.torch
 import torch
 from course_utils import checkpoints, data
 from course_utils.model import build_resnet18
-from course_utils.training import per_worker_batch, train_one_epoch
+from course_utils.plan import per_worker_batch
+from course_utils.steps import train_one_epoch
 """
 
-SOLUTION = re.search(r"```python\n(.*?)```", solutions.solution("02.3"), re.S).group(1)
+SOLUTION = re.search(r"```python\n(.*?)```", checks.solution_text("02.3"), re.S).group(1)
 
 # mistake -> (exact text of the solution to change, its replacement, words the message must hold)
 MISTAKES = {

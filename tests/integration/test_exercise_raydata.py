@@ -5,13 +5,13 @@ transform's mistakes are caught before Ray runs (tests/unit/test_check_raydata.p
 
 import pytest
 
-from course_utils import raydata, solutions
+from course_utils import raydata
 from course_utils.exercises import checks, lesson03
 
 pytestmark = pytest.mark.integration
 
-TRANSFORM = solutions.solutions("03")["03.1"]
-COUNTER = solutions.solutions("03")["03.2"]
+TRANSFORM = checks.solutions("03")["03.1"]
+COUNTER = checks.solutions("03")["03.2"]
 
 # What a notebook could hold besides the shard: a dataset of the same rows (lesson 03 has `fast`, `train_ds`).
 PRELUDE = """

@@ -6,7 +6,6 @@ import re
 
 import pytest
 
-from course_utils import solutions
 from course_utils.exercises import checks, lesson04
 
 pytestmark = pytest.mark.integration
@@ -17,13 +16,14 @@ import time
 import ray.train
 import ray.train.torch
 import torch
-from course_utils import checkpoints, data, training
+from course_utils import checkpoints, data
 from course_utils.checkpoints import load_state, rank0_checkpoint, set_rng_state, training_state
 from course_utils.model import build_resnet18, unwrap
-from course_utils.training import epoch_metrics, per_worker_batch, train_one_epoch
+from course_utils.steps import epoch_metrics, train_one_epoch
+from course_utils.plan import per_worker_batch
 """
 
-SOLUTION = re.search(r"```python\n(.*?)```", solutions.solution("04.4"), re.S).group(1)
+SOLUTION = re.search(r"```python\n(.*?)```", checks.solution_text("04.4"), re.S).group(1)
 RESTORE = """        set_rng_state(state["rng"])
         start_epoch, history = state["epoch"] + 1, state["history"]
 """

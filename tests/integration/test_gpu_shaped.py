@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from course_utils import polling
-from course_utils.cluster import LocalCluster, NodeSpec
+from course_utils import progress
 from course_utils.config import REPO_ROOT
+from maintainer_tools.cluster import LocalCluster, NodeSpec
 from tests.notebook_runs import GPU_SHAPED, LESSONS, alarming_output, error_text, run_lesson
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(GPU_SHAPED)]
@@ -82,7 +82,7 @@ def test_lessons_05_06_on_a_cluster_that_declares_gpus(gpus, tmp_path, mnist_roo
                 if not now[0].startswith("(none"):
                     seen[:] = [f"{time.strftime('%H:%M:%S')} {line}" for line in now]
 
-            with polling.every(look, 30.0, "waiting-actors"):
+            with progress.every(look, 30.0, "waiting-actors"):
                 result = run_lesson(lesson, f"gpu-shaped-{gpus}", answered=False, timeout_s=CELL_TIMEOUT_S)
             times.append(f"{lesson.stem[:2]} {time.monotonic() - started:.0f} s")
             if result.error is not None:

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from course_utils import config, metrics, plots, training
-from course_utils.cluster import LocalCluster, NodeSpec, node_ip
+from maintainer_tools.cluster import LocalCluster, NodeSpec, node_ip
 from tests.integration.drivers import run_driver
 from tests.notebook_runs import CLUSTER
 
@@ -57,7 +57,8 @@ def test_a_fit_is_sampled_with_ray_train_metrics(ray_session, storage):
 DRIVER = textwrap.dedent(
     """
     import json, time
-    from course_utils import cluster, metrics, session
+    from course_utils import metrics, session
+    from maintainer_tools import cluster
 
     session.start_ray(verbose=False)
     cluster.wait_for_nodes(2)

@@ -4,7 +4,7 @@ import pytest
 import torch
 from ray.train import ScalingConfig
 
-from course_utils import checkpoints, config, data, session, training
+from course_utils import checkpoints, config, data, session, steps, training
 from course_utils.history import metric_history
 
 pytestmark = pytest.mark.integration
@@ -27,7 +27,7 @@ def test_two_workers_train_and_checkpoint_loads(ray_session, storage):
 
     model = checkpoints.load_model(result.checkpoint)
     _, test_ds = data.course_datasets(TINY.train_size, TINY.test_size, seed=TINY.seed)
-    scores = training.evaluate(model, data.make_loader(test_ds, 100, shuffle=False), torch.device("cpu"))
+    scores = steps.evaluate(model, data.make_loader(test_ds, 100, shuffle=False), torch.device("cpu"))
     assert scores["accuracy"] == pytest.approx(history["accuracy"].iloc[-1], abs=1e-6), (
         "the fresh model loaded from the checkpoint scores exactly what the run reported"
     )

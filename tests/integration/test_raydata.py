@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course_utils import config, data, history, raydata
+from course_utils import batch_format, config, data, history, raydata
 from course_utils import storage as runs
 
 pytestmark = pytest.mark.integration
@@ -44,8 +44,8 @@ def test_trainer_rejects_dataset_without_needed_columns(ray_session, storage):
     import ray.data
 
     ds = ray.data.from_items([{"pixels": b"\0" * 784, "target": 1}])
-    with pytest.raises(raydata.DatasetColumnsError) as info:
-        raydata.make_trainer("lesson03-bad-columns", ds)
+    with pytest.raises(batch_format.DatasetColumnsError) as info:
+        raydata.make_ray_data_trainer("lesson03-bad-columns", ds)
     assert "missing ['image', 'label']" in str(info.value)
     assert not storage.joinpath("lesson03-bad-columns").exists()
 
@@ -60,7 +60,7 @@ def test_two_worker_ray_data_fit_runs_and_loss_falls(ray_session, storage, mnist
     path = raydata.export_mnist_parquet("train", profile.train_size, data_root=mnist_root)
     name = "lesson03-it"
     runs.reset_run(name)
-    trainer = raydata.make_trainer(name, raydata.training_dataset(path), profile, shuffle_buffer=256)
+    trainer = raydata.make_ray_data_trainer(name, raydata.training_dataset(path), profile, shuffle_buffer=256)
     result = trainer.fit()
     epochs = history.metric_history(result)
     assert list(epochs["epoch"]) == [0, 1]

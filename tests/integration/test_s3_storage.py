@@ -19,7 +19,7 @@ TINY = config.SMOKE.with_(epochs=3, train_size=512, test_size=200, batch_size=64
 LOOP = (
     lesson_code.train_loop_resumable
 )  # lesson 04's loop: resumes from get_checkpoint(), reports start_epoch
-REPORTED = resumable.REPORTED_METRICS
+REPORTED = resumable.RESUMABLE_METRICS
 
 
 def test_checkpoints_in_s3_survive_a_killed_run_and_resume(ray_session, s3_storage, tmp_path):

@@ -40,7 +40,7 @@ def test_the_dashboard_refuses_a_bare_request_and_takes_the_courses(ray_session,
 
     import ray
 
-    from course_utils import metrics, session
+    from course_utils import dashboard, metrics
 
     if ray_session.dashboard_url is None:
         pytest.skip("no dashboard (ray[default] missing)")
@@ -48,7 +48,7 @@ def test_the_dashboard_refuses_a_bare_request_and_takes_the_courses(ray_session,
     with pytest.raises(urllib.error.HTTPError) as bare:
         urllib.request.urlopen(url, timeout=20)
     refused = bare.value.code, bare.value.read().decode()
-    answer = json.loads(session.open_dashboard(url))
+    answer = json.loads(dashboard.open_dashboard(url))
     # Prometheus endpoints are a plain HTTP server of each node's agent, outside the dashboard's
     # token check: the course's metrics sampler reads them without a token (fetch raises on a 401).
     metrics.fetch(metrics.endpoints()[0])
@@ -57,6 +57,6 @@ def test_the_dashboard_refuses_a_bare_request_and_takes_the_courses(ray_session,
     assert answer["ray_version"] == ray.__version__
 
     monkeypatch.setenv("RAY_AUTH_TOKEN", "not-this-clusters-token")
-    with pytest.raises(session.DashboardAuthError) as wrong:
-        session.open_dashboard(url)
+    with pytest.raises(dashboard.DashboardAuthError) as wrong:
+        dashboard.open_dashboard(url)
     assert "answered 403" in str(wrong.value) and "ray get-auth-token" in str(wrong.value)

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from course_utils import cleanup, config, inference, lesson_inference, ownership, raydata
+from course_utils import cleanup, config, inference, lesson_inference, raydata, storage
 from course_utils import storage as course_storage
 from tests.notebook_runs import SHARED
 
@@ -42,10 +42,10 @@ def test_s3_cleanup_leaves_a_teammates_run_and_foreign_objects(s3_storage, monke
     images, labels = np.zeros((8, 28, 28), np.uint8), np.arange(8)
     parquet = raydata.write_parquet(images, labels, raydata.default_parquet_path("train", 8), num_files=2)
     assert parquet.startswith(f"{s3_storage}/course-alice/datasets/")
-    assert ownership.is_mine(fs, f"{alice_path}/datasets/mnist-train-8.parquet")
+    assert storage.is_mine(fs, f"{alice_path}/datasets/mnist-train-8.parquet")
     assert [n for n, _ in raydata.parquet_files(parquet)] == ["part-000.parquet", "part-001.parquet"]
     raydata.write_parquet(images, labels, parquet, num_files=2)  # its own folder: replaced
-    assert ownership.read_owner(fs, alice_path)["learner"] == "alice"
+    assert storage.read_owner(fs, alice_path)["learner"] == "alice"
 
     mine = cleanup.storage_entries()
     assert mine == [f"{s3_storage}/course-alice/datasets", f"{s3_storage}/course-alice/lesson02-resnet18"]
@@ -66,7 +66,7 @@ def test_s3_cleanup_leaves_a_teammates_run_and_foreign_objects(s3_storage, monke
     with fs.open_input_stream(f"{shared}/notes.txt") as f:
         assert f.read() == b"a foreign object"
     assert fs.get_file_info(f"{shared}/other-team/model.bin").size == 50
-    assert ownership.read_owner(fs, alice_path)["learner"] == "alice"  # the folder's record stays
+    assert storage.read_owner(fs, alice_path)["learner"] == "alice"  # the folder's record stays
 
     # A teammate's Parquet folder is not replaced, and a folder without the course's record is not emptied.
     monkeypatch.setenv("COURSE_LEARNER", "bob")
@@ -76,7 +76,7 @@ def test_s3_cleanup_leaves_a_teammates_run_and_foreign_objects(s3_storage, monke
         raydata.write_parquet(images, labels, bob_parquet)
     _put(fs, f"{shared}/course-carol/thesis.tex", b"mine")
     monkeypatch.setenv("COURSE_LEARNER", "carol")
-    with pytest.raises(cleanup.CleanupRefused, match=ownership.OWNER_FILE):
+    with pytest.raises(cleanup.CleanupRefused, match=storage.OWNER_FILE):
         cleanup.clean_storage()
     assert fs.get_file_info(f"{shared}/course-carol/thesis.tex").type == pafs.FileType.File
 

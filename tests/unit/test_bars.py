@@ -1,18 +1,19 @@
-"""course_utils.bars: a progress bar's saved text is its final state (a kernel runs the bars)."""
+"""course_utils.progress.progress_bar: a progress bar's saved text is its final state (a kernel runs the bars)."""
 
 from __future__ import annotations
 
 import nbformat
 from nbclient import NotebookClient
 
+from course_utils import progress
 from tests.notebook_runs import WIDGET_VIEW, progress_text_not_final
 
 CODE = """\
-from course_utils import bars
-for i in bars.bar(range(3), desc="outer"):
-    for j in bars.bar(range(4), desc="inner", leave=False):
+from course_utils import progress
+for i in progress.progress_bar(range(3), desc="outer"):
+    for j in progress.progress_bar(range(4), desc="inner", leave=False):
         pass
-stopped = bars.bar(total=5, desc="stopped")
+stopped = progress.progress_bar(total=5, desc="stopped")
 stopped.update(2)
 stopped.close()
 """
@@ -40,7 +41,5 @@ def test_outside_a_notebook_it_is_tqdms_own_bar():
     from tqdm.auto import tqdm
     from tqdm.notebook import tqdm_notebook
 
-    from course_utils import bars
-
-    made = bars.bar(range(2), disable=True)
+    made = progress.progress_bar(range(2), disable=True)
     assert type(made) is tqdm and not isinstance(made, tqdm_notebook)

@@ -1,4 +1,4 @@
-"""Unit tests for course_utils.bench: the dispatcher finds every benchmark and each parses its own
+"""Unit tests for maintainer_tools.bench: the dispatcher finds every benchmark and each parses its own
 options; the ingest benchmark's DataLoader baseline decodes like the lesson's transform. No Ray
 cluster: only ``--help`` runs, and the benchmarks themselves are never timed in tests."""
 
@@ -11,9 +11,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from course_utils import bench, data, raydata
-from course_utils.bench import startup
-from course_utils.bench.ingest import DigitsDataset
+from course_utils import compare, data, raydata
+from maintainer_tools import bench
+from maintainer_tools.bench import startup
+from maintainer_tools.bench.ingest import DigitsDataset
 
 # One option each benchmark's --help must show: proof the subcommand reached its own parser.
 OPTIONS = {
@@ -50,7 +51,7 @@ def test_unknown_benchmark_is_a_usage_error():
 
 def test_python_dash_m_runs_the_dispatcher():
     out = subprocess.run(
-        [sys.executable, "-m", "course_utils.bench", "--help"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "maintainer_tools.bench", "--help"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
     assert "train" in out.stdout and "inference" in out.stdout
@@ -119,7 +120,7 @@ def test_fit_timeline_splits_a_fit_into_parts_that_add_up():
 
 
 def test_startup_try_settings_parse_and_compare(capsys):
-    from course_utils.bench import startup
+    from maintainer_tools.bench import startup
 
     assert startup.parse_tries(["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S=0.1", "B=x=y"]) == {
         "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
@@ -135,7 +136,7 @@ def test_startup_try_settings_parse_and_compare(capsys):
 def test_workshop_bench_fails_in_plain_words_when_a_learner_fails(monkeypatch):
     import subprocess
 
-    from course_utils.bench import workshop
+    from maintainer_tools.bench import workshop
 
     class Failed:
         returncode = 1
@@ -154,7 +155,7 @@ def test_workshop_bench_fails_in_plain_words_when_a_learner_fails(monkeypatch):
 def test_validation_bench_gives_every_rank_the_whole_test_set(mnist_root, monkeypatch):
     """The every-rank run swaps the rank's test share for the whole set; the lesson's loop is untouched."""
     from course_utils import lesson_code
-    from course_utils.bench import validation
+    from maintainer_tools.bench import validation
 
     _, test_ds = data.course_datasets(64, 40, str(mnist_root), 0)
     seen = []
@@ -172,7 +173,7 @@ def test_bench_train_gpu_without_a_gpu_says_so_in_one_line_and_exits_0():
     from course_utils.config import REPO_ROOT
 
     run = subprocess.run(
-        [sys.executable, "-m", "course_utils.bench", "train", "--gpu"],
+        [sys.executable, "-m", "maintainer_tools.bench", "train", "--gpu"],
         cwd=REPO_ROOT,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
         capture_output=True,
@@ -187,17 +188,17 @@ def test_bench_train_gpu_without_a_gpu_says_so_in_one_line_and_exits_0():
 
 
 def test_bench_train_gpu_measures_busy_share_inside_each_window():
-    from course_utils.bench import gpu
+    from maintainer_tools.bench import gpu
 
     sampler = gpu.BusySampler(lambda: None)
     sampler.samples = [(1.0, 10.0), (2.0, 90.0), (3.0, 80.0), (9.0, 5.0)]
     assert sampler.mean(1.5, 3.5) == 85.0
     assert np.isnan(sampler.mean(4.0, 5.0))
-    assert bench.steady([10.0, 100.0, 90.0, 110.0]) == 100.0, "the first epoch (warm-up) is left out"
+    assert compare.steady([10.0, 100.0, 90.0, 110.0]) == 100.0, "the first epoch (warm-up) is left out"
 
 
 def test_bench_train_gpu_tiles_the_digits_to_the_rows_asked(tmp_path, mnist_root):
-    from course_utils.bench import gpu
+    from maintainer_tools.bench import gpu
 
     root, rows = gpu.tiled_copy(tmp_path, 10_000)
     have = data.raw_arrays(True, root=mnist_root)[1]

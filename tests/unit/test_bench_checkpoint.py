@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from course_utils.bench.checkpoint import overhead
+from maintainer_tools.bench.checkpoint import overhead
 
 
 def _rows(sync_wait: float, async_wait: float) -> pd.DataFrame:

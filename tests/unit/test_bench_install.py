@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from course_utils.bench import install
+from maintainer_tools.bench import install
 
 
 def test_downloaded_bytes_add_up_pip_s_downloading_lines():

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.canary import normalise, pinned_versions
 from course_utils.config import REPO_ROOT
+from course_utils.install import normalise
+from maintainer_tools.canary import pinned_versions
 
 
 def _bash(

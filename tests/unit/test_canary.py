@@ -3,7 +3,7 @@ output, and the one table it ends with. No install, no Ray."""
 
 import json
 
-from course_utils import canary, run_course
+from maintainer_tools import canary, run_course
 
 REQUIREMENTS = """# comment stays
 ray[default,train,data]==2.60.0
@@ -146,9 +146,9 @@ BUILT = {
 
 
 def test_the_canary_runs_every_bench():
-    from course_utils import bench
+    from maintainer_tools.bench.common import COMMANDS
 
-    assert set(canary.BENCHES) == set(bench.COMMANDS)
+    assert set(canary.BENCHES) == set(COMMANDS)
 
 
 def test_pinned_figures_are_lines_the_benches_print():
@@ -156,7 +156,7 @@ def test_pinned_figures_are_lines_the_benches_print():
     assert set(pinned) == set(canary.BENCHES)
     for name, bench in pinned.items():
         assert bench["ray"] and bench["measured"] and bench["figures"], name
-        source = (canary.REPO_ROOT / "course_utils" / "bench" / f"{name}.py").read_text()
+        source = (canary.REPO_ROOT / "maintainer_tools" / "bench" / f"{name}.py").read_text()
         if name == "inference":
             source += (canary.REPO_ROOT / "course_utils" / "inference.py").read_text()
         for figure in bench["figures"]:
@@ -199,18 +199,26 @@ def test_first_error_prefers_pips_error_then_the_traceback():
 
 
 def test_canary_imports_nothing_but_the_standard_library():
+    # It runs before anything is installed: the standard library, and course_utils.install's name
+    # normaliser, itself standard library only (it runs right after a lesson's pip install).
     import ast
-
-    tree = ast.parse((canary.REPO_ROOT / "course_utils" / "canary.py").read_text())
-    imported = {
-        (node.module if isinstance(node, ast.ImportFrom) else alias.name).split(".")[0]
-        for node in tree.body
-        if isinstance(node, ast.Import | ast.ImportFrom)
-        for alias in node.names
-    }
     import sys
 
-    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+    def top_imports(path):
+        tree = ast.parse(path.read_text())
+        return {
+            node.module if isinstance(node, ast.ImportFrom) else alias.name
+            for node in tree.body
+            if isinstance(node, ast.Import | ast.ImportFrom)
+            for alias in node.names
+        }
+
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    imported = top_imports(canary.REPO_ROOT / "maintainer_tools" / "canary.py")
+    assert {name.split(".")[0] for name in imported} - {"course_utils"} <= stdlib, imported
+    assert {name for name in imported if name.startswith("course_utils")} == {"course_utils.install"}
+    install = top_imports(canary.REPO_ROOT / "course_utils" / "install.py")
+    assert {name.split(".")[0] for name in install} <= stdlib, install
 
 
 def test_the_canary_runs_every_lesson_alone_colab_shaped(monkeypatch, tmp_path):

@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course_utils import solutions
 from course_utils.exercises import checks, lesson03
 
-TRANSFORM = solutions.solutions("03")["03.1"]
+TRANSFORM = checks.solutions("03")["03.1"]
 
 
 def learner_function(source: str, name: str):

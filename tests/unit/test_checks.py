@@ -13,7 +13,7 @@ from ray.train import CheckpointConfig, FailureConfig, ScalingConfig
 
 from course_utils import config
 from course_utils.exercises import checks, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06
-from course_utils.solutions import solutions_dir
+from course_utils.exercises.checks import solutions_dir
 
 SOLUTIONS = solutions_dir()
 PROFILE = config.SMOKE

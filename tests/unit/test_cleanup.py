@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from course_utils import cleanup, config, ownership
+from course_utils import cleanup, config
 from course_utils.data import OFFLINE_MARKER
-from course_utils.storage import local_output_dir, prepare_learner_storage
+from course_utils.storage import COURSE_ID, OWNER_FILE, local_output_dir, prepare_learner_storage, read_owner
 from tests.notebook_runs import SHARED
 
 pytestmark = [pytest.mark.path(SHARED)]
@@ -26,7 +26,7 @@ def _plant_teammate(root: Path) -> Path:
     bob = root / "course-bob"
     (bob / "lesson02-resnet18" / "checkpoint_000001").mkdir(parents=True)
     (bob / "lesson02-resnet18" / "checkpoint_000001" / "state.pt").write_bytes(b"b" * 300)
-    (bob / ownership.OWNER_FILE).write_text(json.dumps({"course": ownership.COURSE_ID, "learner": "bob"}))
+    (bob / OWNER_FILE).write_text(json.dumps({"course": COURSE_ID, "learner": "bob"}))
     return bob
 
 
@@ -62,7 +62,7 @@ def _others_intact(storage: Path) -> None:
 def test_the_learner_folder_is_under_storage_and_carries_a_record(course_dirs):
     mine, _, _ = course_dirs
     assert mine.name == "course-alice" and mine.parent == Path(config.storage_root())
-    assert ownership.read_owner(pafs.LocalFileSystem(), str(mine))["learner"] == "alice"
+    assert read_owner(pafs.LocalFileSystem(), str(mine))["learner"] == "alice"
 
 
 def test_clean_storage_deletes_only_the_learners_entries(course_dirs):
@@ -79,7 +79,7 @@ def test_clean_storage_deletes_only_the_learners_entries(course_dirs):
     assert sorted(os.path.basename(r.path) for r in removed) == ["fault-marker.txt", "lesson02-resnet18"]
     assert {r.kind for r in removed} == {"storage"}
     assert cleanup.storage_entries() == []
-    assert sorted(p.name for p in mine.iterdir()) == [ownership.OWNER_FILE]  # folder and record stay
+    assert sorted(p.name for p in mine.iterdir()) == [OWNER_FILE]  # folder and record stay
     _others_intact(storage)
     assert (outside / "precious.txt").exists()
     report = cleanup.CleanupReport(
@@ -132,13 +132,13 @@ def test_a_learner_folder_without_the_courses_record_is_refused(course_dirs, mon
     monkeypatch.setenv("COURSE_LEARNER", "carol")
     with pytest.raises(cleanup.CleanupRefused) as info:
         cleanup.clean_storage()
-    assert ownership.OWNER_FILE in str(info.value)
+    assert OWNER_FILE in str(info.value)
     assert (carol / "thesis.tex").read_text() == "mine"
 
 
 def test_a_record_naming_another_learner_is_refused(course_dirs):
     mine, _, _ = course_dirs
-    (mine / ownership.OWNER_FILE).write_text(json.dumps({"course": ownership.COURSE_ID, "learner": "bob"}))
+    (mine / OWNER_FILE).write_text(json.dumps({"course": COURSE_ID, "learner": "bob"}))
     with pytest.raises(cleanup.CleanupRefused) as info:
         cleanup.clean_storage()
     assert "'bob'" in str(info.value) and "COURSE_LEARNER" in str(info.value)
@@ -159,7 +159,7 @@ def test_a_learner_folder_that_is_a_symlink_is_refused(tmp_path, monkeypatch):
         prepare_learner_storage()
     assert "symlink" in str(info.value)
     assert (elsewhere / "precious.txt").read_text() == "keep"
-    assert not (elsewhere / ownership.OWNER_FILE).exists()
+    assert not (elsewhere / OWNER_FILE).exists()
 
 
 def test_a_symlink_leading_out_is_refused(course_dirs):
@@ -232,8 +232,8 @@ def test_the_shared_data_copy_is_removed_only_on_request(course_dirs, monkeypatc
     assert mnist.is_dir() and str(mnist) in note and "./build.sh clean --data" in note
 
     # When nobody needs it any more: `./build.sh clean --data`, whoever prepared it.
-    assert cleanup.main(["--data", "--dry-run"]) == 0 and mnist.is_dir()
-    assert cleanup.main(["--data"]) == 0
+    assert cleanup.clean_data_cli(["--data", "--dry-run"]) == 0 and mnist.is_dir()
+    assert cleanup.clean_data_cli(["--data"]) == 0
     assert not mnist.exists() and data_dir.is_dir()
     assert "freed" in capsys.readouterr().out
 

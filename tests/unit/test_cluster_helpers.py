@@ -6,7 +6,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from course_utils import cluster
+from maintainer_tools import cluster
 
 
 def test_nodes_get_their_own_loopback_addresses_that_ray_keeps():

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import export
-from course_utils.solutions import solutions_dir
+from course_utils.exercises.checks import solutions_dir
+from maintainer_tools import export
 from tests.notebook_runs import LESSONS
 
 WIDTH = 88

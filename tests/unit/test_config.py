@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import config, ownership, storage
+from course_utils import config, storage
 
 
 def test_smoke_profile_is_small_and_cpu(monkeypatch):
@@ -57,7 +57,7 @@ def test_preparing_storage_creates_the_learners_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(target))
     mine = storage.prepare_learner_storage()
     assert mine == config.learner_storage_root()
-    assert (Path(mine) / ownership.OWNER_FILE).is_file()
+    assert (Path(mine) / storage.OWNER_FILE).is_file()
     assert sorted(p.name for p in target.iterdir()) == [config.learner_folder()]  # no probe left behind
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.bench import COMMANDS, report
 from course_utils.config import REPO_ROOT
-from course_utils.run_course import reading_minutes
+from maintainer_tools.bench import report
+from maintainer_tools.bench.common import COMMANDS
+from maintainer_tools.run_course import reading_minutes
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
@@ -68,7 +69,7 @@ def test_readme_gives_the_learning_path_and_links_every_document():
         what, minutes, read = (cell.strip() for cell in row.strip("|").split("|")[1:4])
         assert len(words(what)) <= 20, f"learning path: {what!r} is over 20 words"
         assert float(minutes) > 0
-        # one rule for every lesson's reading time (course_utils.run_course.reading_minutes, CONTRIBUTING.md)
+        # one rule for every lesson's reading time (maintainer_tools.run_course.reading_minutes, CONTRIBUTING.md)
         expected = reading_minutes(REPO_ROOT / "notebooks" / lesson)
         assert int(read) == expected, (
             f"{lesson}: README says {read} reading minutes, the rule gives {expected}"
@@ -178,8 +179,8 @@ def test_lesson_04s_lost_machine_figures_are_the_recorded_ones():
 
 def test_benchmarks_page_is_generated_from_pinned_json():
     assert (DOCS / "benchmarks.md").read_text() == report.render(report.load()), (
-        "docs/benchmarks.md differs from course_utils/bench/pinned.json: run ./build.sh benchmarks "
-        "(never edit the page by hand; `python -m course_utils.bench record <bench>` re-measures one)"
+        "docs/benchmarks.md differs from maintainer_tools/bench/pinned.json: run ./build.sh benchmarks "
+        "(never edit the page by hand; `python -m maintainer_tools.bench record <bench>` re-measures one)"
     )
     pinned = report.load()
     assert set(pinned["benches"]) == set(COMMANDS)
@@ -210,7 +211,7 @@ def test_record_stores_a_bench_s_figures_output_and_machine(tmp_path, monkeypatc
         "best_layout: 2x1",
         "ratio: 0.640",
     ]  # no Ray log line
-    assert entry["command"] == "python -m course_utils.bench train --epochs 2"
+    assert entry["command"] == "python -m maintainer_tools.bench train --epochs 2"
     assert "CPU cores" in entry["machine"] and DATE.fullmatch(entry["measured"])
     assert json.loads(pinned.read_text())["benches"]["train"] == entry
     page = report.render(json.loads(pinned.read_text()))

@@ -1,4 +1,4 @@
-"""course_utils.docsite: what the site shows of an executed lesson, and where it finds the lessons."""
+"""maintainer_tools.docsite: what the site shows of an executed lesson, and where it finds the lessons."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 import nbformat
 import pytest
 
-from course_utils import docsite
-from course_utils.solutions import ANSWERED_HEADING, ANSWERED_TAG
+from maintainer_tools import docsite
+from maintainer_tools.answered import ANSWERED_HEADING, ANSWERED_TAG
 
 
 def _executed_lesson() -> nbformat.NotebookNode:

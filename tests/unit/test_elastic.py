@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import ray
 
-from course_utils import cluster
+from course_utils import elastic
 
 # Recorded from lesson 04's elastic run (ray-train-sys-controller-*.log), trimmed to the fields used.
 RECORDED = [
@@ -62,7 +62,7 @@ def write_log(tmp_path, records, partial=False):
 
 def test_decisions_are_read_for_one_run_in_order(tmp_path):
     write_log(tmp_path, list(reversed(RECORDED)), partial=True)
-    decisions = cluster.scaling_decisions("lesson04-elastic", log_dir=tmp_path)
+    decisions = elastic.scaling_decisions("lesson04-elastic", log_dir=tmp_path)
     assert [(d["kind"], d["workers"]) for d in decisions] == [("start", 1), ("resize", 2), ("start", 1)]
     assert decisions[1]["time"] == pytest.approx(1795381189.553218466)
     assert decisions[1]["message"].endswith("from 1 -> 2 workers.")
@@ -70,10 +70,10 @@ def test_decisions_are_read_for_one_run_in_order(tmp_path):
 
 def test_decisions_before_since_belong_to_an_earlier_run_of_the_same_name(tmp_path):
     write_log(tmp_path, RECORDED)
-    later = cluster.scaling_decisions("lesson04-elastic", since=1795381200.0, log_dir=tmp_path)
+    later = elastic.scaling_decisions("lesson04-elastic", since=1795381200.0, log_dir=tmp_path)
     assert [(d["kind"], d["workers"]) for d in later] == [("start", 1)]
-    assert cluster.scaling_decisions("never-ran", log_dir=tmp_path) == []
-    assert cluster.scaling_decisions("lesson04-elastic", log_dir=tmp_path / "missing") == []
+    assert elastic.scaling_decisions("never-ran", log_dir=tmp_path) == []
+    assert elastic.scaling_decisions("lesson04-elastic", log_dir=tmp_path / "missing") == []
 
 
 def test_refresh_runs_the_coordinators_own_refresh_once(monkeypatch):
@@ -81,7 +81,7 @@ def test_refresh_runs_the_coordinators_own_refresh_once(monkeypatch):
     coordinator = SimpleNamespace(_tick=SimpleNamespace(remote=lambda: calls.append("tick") or "ref"))
     monkeypatch.setattr(ray, "get_actor", lambda name, namespace: coordinator)
     monkeypatch.setattr(ray, "get", lambda ref, timeout: None)
-    assert cluster.refresh_autoscaling_coordinator() is True and calls == ["tick"]
+    assert elastic.refresh_autoscaling_coordinator() is True and calls == ["tick"]
 
 
 def test_refresh_without_a_coordinator_says_so_and_does_not_raise(monkeypatch):
@@ -90,26 +90,26 @@ def test_refresh_without_a_coordinator_says_so_and_does_not_raise(monkeypatch):
         raise ValueError("Failed to look up actor 'AutoscalingCoordinator'")
 
     monkeypatch.setattr(ray, "get_actor", no_actor)
-    assert cluster.refresh_autoscaling_coordinator() is False
+    assert elastic.refresh_autoscaling_coordinator() is False
 
 
 def test_wait_gone_records_when_the_cluster_lists_the_node_dead(monkeypatch):
-    node = cluster.ExtraNode()
+    node = elastic.ExtraNode()
     node.node_id = "n1"
     answers = iter([[{"NodeID": "n1", "Alive": True}], [{"NodeID": "n1", "Alive": False}]])
     monkeypatch.setattr(ray, "nodes", lambda: next(answers))
     before = time.time()
     assert node.wait_gone(timeout_s=5) is True and node.gone_time >= before
-    still = cluster.ExtraNode()
+    still = elastic.ExtraNode()
     still.node_id = "n2"
     monkeypatch.setattr(ray, "nodes", lambda: [{"NodeID": "n2", "Alive": True}])
     assert still.wait_gone(timeout_s=0.3) is False and still.gone_time is None
 
 
 def test_start_when_calls_then_only_after_the_node_joined(monkeypatch):
-    node, order, done = cluster.ExtraNode(), [], threading.Event()
+    node, order, done = elastic.ExtraNode(), [], threading.Event()
     go = threading.Event()
-    monkeypatch.setattr(cluster.ExtraNode, "start", lambda self, timeout_s=120.0: order.append("joined"))
+    monkeypatch.setattr(elastic.ExtraNode, "start", lambda self, timeout_s=120.0: order.append("joined"))
     node.start_when(go.is_set, poll_s=0.01, then=lambda: order.append("then") or done.set())
     time.sleep(0.1)
     assert order == [], "nothing happens before the condition holds"
@@ -119,7 +119,7 @@ def test_start_when_calls_then_only_after_the_node_joined(monkeypatch):
 
 def test_stop_when_watches_from_before_the_signal_and_calls_then_once_the_node_is_dead(monkeypatch):
     """The cluster may list the node dead before its `ray start` has ended: the watch starts first."""
-    node, order, done, stopped = cluster.ExtraNode(), [], threading.Event(), threading.Event()
+    node, order, done, stopped = elastic.ExtraNode(), [], threading.Event(), threading.Event()
 
     def stop(self, graceful=False):
         order.append(("stop", graceful))
@@ -130,15 +130,15 @@ def test_stop_when_watches_from_before_the_signal_and_calls_then_once_the_node_i
         stopped.wait(5)
         order.append("gone")
 
-    monkeypatch.setattr(cluster.ExtraNode, "stop", stop)
-    monkeypatch.setattr(cluster.ExtraNode, "wait_gone", wait_gone)
+    monkeypatch.setattr(elastic.ExtraNode, "stop", stop)
+    monkeypatch.setattr(elastic.ExtraNode, "wait_gone", wait_gone)
     node.stop_when(lambda: True, poll_s=0.01, graceful=True, then=lambda: order.append("then") or done.set())
     assert done.wait(5) and order == ["watching", ("stop", True), "gone", "then"]
 
 
 def test_a_failing_then_is_kept_for_the_caller(monkeypatch, capsys):
-    node, done = cluster.ExtraNode(), threading.Event()
-    monkeypatch.setattr(cluster.ExtraNode, "start", lambda self, timeout_s=120.0: None)
+    node, done = elastic.ExtraNode(), threading.Event()
+    monkeypatch.setattr(elastic.ExtraNode, "start", lambda self, timeout_s=120.0: None)
 
     def boom():
         done.set()

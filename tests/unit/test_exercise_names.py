@@ -13,7 +13,8 @@ import re
 
 import pytest
 
-from course_utils import solutions
+from course_utils.exercises import checks
+from maintainer_tools import answered
 from tests.notebook_runs import LESSONS
 
 
@@ -55,9 +56,7 @@ def _code(text: str) -> str:
 CASES = [
     (lesson, index, exercise)
     for lesson in LESSONS
-    for index, ids in solutions.exercise_cells(
-        json.loads(lesson.read_text()), solutions.lesson_number(lesson)
-    )
+    for index, ids in answered.exercise_cells(json.loads(lesson.read_text()), answered.lesson_number(lesson))
     for exercise in ids
 ]
 
@@ -68,7 +67,7 @@ def test_every_name_a_solution_uses_is_in_the_lesson_before_it(lesson, index, ex
     before = "\n".join("".join(cell["source"]) for cell in nb["cells"][: index + 1])
     missing = sorted(
         name
-        for name in used_names(_code(solutions.solution(exercise)))
+        for name in used_names(_code(checks.solution_text(exercise)))
         if not re.search(rf"\b{re.escape(name)}\b", before)
     )
     assert not missing, (
@@ -78,7 +77,7 @@ def test_every_name_a_solution_uses_is_in_the_lesson_before_it(lesson, index, ex
 
 
 def test_the_check_finds_a_name_the_lesson_never_shows():
-    assert used_names("from course_utils.pixels import to_model_input\nx = to_model_input(y)\n") >= {
+    assert used_names("from course_utils.batch_format import to_model_input\nx = to_model_input(y)\n") >= {
         "to_model_input",
         "y",
     }

@@ -7,13 +7,14 @@ import inspect
 
 import pytest
 
-from course_utils import export, lesson_code, lesson_inference
+from course_utils import lesson_code, lesson_inference
+from maintainer_tools import export
 
 
 @pytest.mark.parametrize("module", list(export.MODULES))
 def test_each_generated_module_is_exactly_its_lessons_saved_cells(module):
     problems = export.drift(export.saved_cells(), (export.PACKAGE / module).read_text(), module)
-    assert not problems, "\n".join(problems) + "\nRun ./build.sh export (python -m course_utils.export)."
+    assert not problems, "\n".join(problems) + "\nRun ./build.sh export (python -m maintainer_tools.export)."
 
 
 def _cells_by_name() -> dict[str, export.SavedCell]:
@@ -61,7 +62,7 @@ def test_a_drifted_cell_is_named_with_its_function():
 
 def test_a_saved_cell_of_a_lesson_no_module_takes_is_an_error():
     cell = dataclasses.replace(export.saved_cells()[0], lesson="09_new_lesson.ipynb")
-    with pytest.raises(ValueError, match="no module in course_utils.export.MODULES takes lesson 09"):
+    with pytest.raises(ValueError, match="no module in maintainer_tools.export.MODULES takes lesson 09"):
         export.module_for(cell)
 
 

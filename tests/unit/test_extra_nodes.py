@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import ray
 
-from course_utils import cluster, faults
+from course_utils import elastic, faults
 from tests.notebook_runs import CLUSTER as CLUSTER_PATH
 
 
@@ -30,22 +30,22 @@ def cluster_at(monkeypatch):
 
 def test_a_local_ray_can_always_take_a_node(cluster_at):
     cluster_at(None)
-    assert cluster.extra_node_blocker() is None
+    assert elastic.extra_node_blocker() is None
 
 
 @pytest.mark.path(CLUSTER_PATH)
 @pytest.mark.parametrize("host", ["127.0.0.2", "localhost"])
 def test_a_connected_cluster_whose_head_runs_here_can_take_one(cluster_at, host):
     cluster_at(f"{host}:6379")
-    assert cluster.extra_node_blocker() is None
+    assert elastic.extra_node_blocker() is None
 
 
 @pytest.mark.path(CLUSTER_PATH)
 def test_a_remote_cluster_is_skipped_in_one_line(cluster_at, monkeypatch):
     cluster_at("192.0.2.77:6379")  # TEST-NET-1: never an address of this machine
     started = []
-    monkeypatch.setattr(cluster.ExtraNode, "launch", lambda self: started.append(self) or self)
-    nodes, reason = cluster.add_local_nodes(2, resources={"slot": 1})
+    monkeypatch.setattr(elastic.ExtraNode, "launch", lambda self: started.append(self) or self)
+    nodes, reason = elastic.add_local_nodes(2, resources={"slot": 1})
     assert nodes == [] and not started, "nothing is started for a cluster on other machines"
     assert reason.startswith("the cluster at 192.0.2.77:6379 runs on other machines") and "\n" not in reason
 
@@ -62,10 +62,10 @@ def test_a_node_that_cannot_join_a_connected_cluster_is_a_reason_not_a_traceback
         self.node_id = f"node-{len(waited)}"
         return self
 
-    monkeypatch.setattr(cluster.ExtraNode, "launch", lambda self: launched.append(self) or self)
-    monkeypatch.setattr(cluster.ExtraNode, "wait_joined", wait_joined)
-    monkeypatch.setattr(cluster.ExtraNode, "stop", lambda self, graceful=False: stopped.append(self))
-    nodes, reason = cluster.add_local_nodes(2, resources={"slot": 1})
+    monkeypatch.setattr(elastic.ExtraNode, "launch", lambda self: launched.append(self) or self)
+    monkeypatch.setattr(elastic.ExtraNode, "wait_joined", wait_joined)
+    monkeypatch.setattr(elastic.ExtraNode, "stop", lambda self, graceful=False: stopped.append(self))
+    nodes, reason = elastic.add_local_nodes(2, resources={"slot": 1})
     assert len(launched) == 2 and waited == launched, "both start at once, then each is waited for"
     assert nodes == [] and stopped == launched, "the node that did join is stopped again"
     assert "could not join the cluster at 127.0.0.2:6379" in reason and "version mismatch" in reason
@@ -77,16 +77,16 @@ def test_locally_a_node_that_cannot_join_raises(cluster_at, monkeypatch):
     def wait_joined(self, timeout_s=120.0, quiet=False):
         raise RuntimeError("did not join")
 
-    monkeypatch.setattr(cluster.ExtraNode, "launch", lambda self: self)
-    monkeypatch.setattr(cluster.ExtraNode, "wait_joined", wait_joined)
-    monkeypatch.setattr(cluster.ExtraNode, "stop", lambda self, graceful=False: None)
+    monkeypatch.setattr(elastic.ExtraNode, "launch", lambda self: self)
+    monkeypatch.setattr(elastic.ExtraNode, "wait_joined", wait_joined)
+    monkeypatch.setattr(elastic.ExtraNode, "stop", lambda self, graceful=False: None)
     with pytest.raises(RuntimeError, match="did not join"):
-        cluster.add_local_nodes(1)
+        elastic.add_local_nodes(1)
 
 
 def test_extra_nodes_advertise_no_gpus_and_start_with_the_requested_resources(cluster_at, monkeypatch):
     cluster_at(None)
-    node = cluster.ExtraNode(num_cpus=1, resources={"slot": 1})
+    node = elastic.ExtraNode(num_cpus=1, resources={"slot": 1})
     assert (node.num_cpus, node.num_gpus, node.resources) == (1, 0, {"slot": 1})
     commands = []
 
@@ -128,7 +128,7 @@ def test_external_killer_never_kills_a_process_that_is_not_a_train_worker(tmp_pa
 
 def test_a_node_is_recognised_by_its_own_socket_or_metrics_port(tmp_path, monkeypatch):
     """Several nodes join at once: each finds its own entry in ray.nodes(), not just any new one."""
-    node = cluster.ExtraNode()
+    node = elastic.ExtraNode()
     node.temp_dir, node._ports = tmp_path / "rx-a", {"metrics-export-port": 40001}
     others = {
         "NodeID": "b",
@@ -162,7 +162,7 @@ def test_stop_ends_the_whole_process_group(graceful):
         ],
         start_new_session=True,
     )
-    node = cluster.ExtraNode()
+    node = elastic.ExtraNode()
     node.process = process
     node.stop(graceful=graceful)
     assert process.poll() is not None and node.stop_sent_at <= node.stopped_at
@@ -174,27 +174,27 @@ def test_stop_ends_the_whole_process_group(graceful):
 def test_nodes_started_in_the_background_are_waited_for_by_joined(cluster_at, monkeypatch, capsys, connected):
     """wait=False returns at once; joined() waits, says which joined, and fails like wait=True would."""
     cluster_at("127.0.0.2:6379" if connected else None)
-    monkeypatch.setattr(cluster.ExtraNode, "launch", lambda self: self)
+    monkeypatch.setattr(elastic.ExtraNode, "launch", lambda self: self)
     stopped = []
-    monkeypatch.setattr(cluster.ExtraNode, "stop", lambda self, graceful=False: stopped.append(self))
+    monkeypatch.setattr(elastic.ExtraNode, "stop", lambda self, graceful=False: stopped.append(self))
 
     def wait_joined(self, timeout_s=120.0, quiet=False):
         self.node_id, self.joined_at = f"id-{id(self)}", 1.0
         return self
 
-    monkeypatch.setattr(cluster.ExtraNode, "wait_joined", wait_joined)
-    nodes, reason = cluster.add_local_nodes(2, resources={"slot": 1}, wait=False)
+    monkeypatch.setattr(elastic.ExtraNode, "wait_joined", wait_joined)
+    nodes, reason = elastic.add_local_nodes(2, resources={"slot": 1}, wait=False)
     assert len(nodes) == 2 and reason is None
-    assert cluster.joined(nodes) is None and capsys.readouterr().out.count("joined with") == 2
+    assert elastic.joined(nodes) is None and capsys.readouterr().out.count("joined with") == 2
 
     def fails(self, timeout_s=120.0, quiet=False):
         raise RuntimeError("The extra Ray node did not join the cluster: version mismatch")
 
-    monkeypatch.setattr(cluster.ExtraNode, "wait_joined", fails)
-    nodes, _ = cluster.add_local_nodes(2, resources={"slot": 1}, wait=False)
+    monkeypatch.setattr(elastic.ExtraNode, "wait_joined", fails)
+    nodes, _ = elastic.add_local_nodes(2, resources={"slot": 1}, wait=False)
     if connected:
-        assert "could not join the cluster at 127.0.0.2:6379" in cluster.joined(nodes)
+        assert "could not join the cluster at 127.0.0.2:6379" in elastic.joined(nodes)
     else:
         with pytest.raises(RuntimeError, match="version mismatch"):
-            cluster.joined(nodes)
+            elastic.joined(nodes)
     assert stopped == nodes, "a failed start stops every node it started"

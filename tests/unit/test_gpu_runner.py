@@ -51,6 +51,6 @@ def test_gpu_probe_fails_in_one_line_without_a_gpu():
 
 def test_device_probe_counts_gpus(monkeypatch, capsys):
     monkeypatch.setattr(device, "gpu_count", lambda: 0)
-    assert device.main([]) == 0 and capsys.readouterr().out.startswith("0 GPU(s) visible")
-    assert device.main(["--require-gpu"]) == 1
+    assert device.gpu_report_cli([]) == 0 and capsys.readouterr().out.startswith("0 GPU(s) visible")
+    assert device.gpu_report_cli(["--require-gpu"]) == 1
     assert "no GPU visible" in capsys.readouterr().err

@@ -1,10 +1,17 @@
-"""The import graph of ``course_utils`` has no cycles, and every module imports on its own.
+"""The import graphs of ``course_utils`` and ``maintainer_tools`` have no cycles, ``course_utils`` never
+imports the tools, and every module imports on its own.
 
 A cycle between two modules works only while one side imports lazily inside a function, and
 breaks the day someone moves that import to the top; it also says two modules share one job.
 The graph counts every import, at module level or inside a function (lazy imports included), in
 every spelling: ``import course_utils.x``, ``from course_utils import x``, ``from course_utils.x
-import y``, relative imports. Importing ``a.b`` also runs ``a``, so it counts as both.
+import y``, relative imports. Importing ``a.b`` also runs ``a``, so it counts as both. A module's own
+parent package runs before it anyway: it is an edge only when the module names it in an import
+(``from maintainer_tools.bench import COMMANDS`` inside ``maintainer_tools.bench.report``).
+
+``course_utils`` is what a learner's wheel holds: a ``maintainer_tools`` import anywhere in it (inside a
+function too) would make a lesson need the tools, and a tool's module back in it (``course_utils/canary.py``)
+would ship that tool again.
 """
 
 from __future__ import annotations
@@ -17,36 +24,43 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = "course_utils"
-ROOT = Path(__file__).resolve().parents[2] / PACKAGE
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE, TOOLS_PACKAGE = "course_utils", "maintainer_tools"
+PACKAGES = (PACKAGE, TOOLS_PACKAGE)
+# maintainer_tools' top-level modules (held to the folder below): course_utils imports none of them, under
+# either package's name.
+TOOLS = ("answered", "bench", "canary", "cluster", "docsite", "export", "publish", "run_course")
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+def module_name(path: Path, root: Path = REPO) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def package_modules() -> dict[str, Path]:
-    """Every module of the package, by dotted name (packages by their ``__init__``)."""
-    return {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+def package_modules(packages: tuple[str, ...] = PACKAGES, root: Path = REPO) -> dict[str, Path]:
+    """Every module of the packages, by dotted name (packages by their ``__init__``)."""
+    return {module_name(p, root): p for package in packages for p in sorted((root / package).rglob("*.py"))}
+
+
+def _from_target(node: ast.ImportFrom, name: str, is_package: bool) -> str:
+    """The module a ``from ... import`` reads from, a relative one resolved against module ``name``."""
+    if not node.level:  # relative: from . import x, from .x import y, from .. import z
+        return node.module or ""
+    base = (name if is_package else name.rpartition(".")[0]).split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def imported_names(tree: ast.AST, name: str, is_package: bool) -> set[str]:
     """Dotted names of everything ``tree`` (module ``name``) imports, wherever the import sits."""
-    here = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: from . import x, from .x import y, from .. import z
-                base = here.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, name, is_package)
             found.add(target)
             # ``from pkg import x`` imports the submodule pkg.x when there is one
             found.update(f"{target}.{alias.name}" for alias in node.names)
@@ -65,15 +79,36 @@ def resolve(names: set[str], modules: set[str]) -> set[str]:
     return edges
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = package_modules()
+def named_modules(tree: ast.AST, name: str, is_package: bool, modules: set[str]) -> set[str]:
+    """The modules ``tree``'s imports name themselves, not the packages run on the way: ``import a.b`` names
+    ``a.b``; ``from pkg import x`` names the submodule ``pkg.x`` when there is one, else ``pkg``."""
+
+    def deepest(full: str) -> str | None:
+        parts = full.split(".")
+        return next((p for i in range(len(parts), 0, -1) if (p := ".".join(parts[:i])) in modules), None)
+
+    found: set[str | None] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(deepest(alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            target = _from_target(node, name, is_package)
+            found.update(deepest(f"{target}.{alias.name}") for alias in node.names)
+    return {m for m in found if m}
+
+
+def import_graph(packages: tuple[str, ...] = PACKAGES, root: Path = REPO) -> dict[str, set[str]]:
+    """Module -> the package modules its imports run, its own parent packages left out unless named."""
+    modules = package_modules(packages, root)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         tree = ast.parse(path.read_text(), filename=str(path))
-        names = imported_names(tree, name, path.name == "__init__.py")
+        is_package = path.name == "__init__.py"
+        names = imported_names(tree, name, is_package)
         parents = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
-        # a module's own parent packages run before it: not an edge worth reporting
-        graph[name] = resolve(names, set(modules)) - {name} - parents
+        # a parent package runs before its module: an edge only when the module imports from it by name
+        implicit = parents - named_modules(tree, name, is_package, set(modules))
+        graph[name] = resolve(names, set(modules)) - {name} - implicit
     return graph
 
 
@@ -99,6 +134,20 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def tool_imports(tree: ast.AST, name: str, is_package: bool) -> list[str]:
+    """What module ``name`` of course_utils imports of the tools, wherever the import sits: any
+    ``maintainer_tools`` module, a tool under course_utils' name, or either named to ``importlib``."""
+    names = imported_names(tree, name, is_package)
+    for node in ast.walk(tree):  # importlib.import_module("..."), __import__("...")
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in ("import_module", "__import__") and isinstance(node.args[0].value, str):
+                names.add(node.args[0].value)
+    forbidden = (TOOLS_PACKAGE, *(f"{PACKAGE}.{tool}" for tool in TOOLS))
+    return sorted(n for n in names if any(n == f or n.startswith(f + ".") for f in forbidden))
+
+
 # --------------------------------------------------------------------------- the finder itself
 
 
@@ -115,7 +164,7 @@ import course_utils.plan
 from course_utils import data
 from course_utils.model import unwrap
 from . import device
-from .bench.train import main
+from .sub.train import main
 
 def lazy():
     from course_utils.session import start_ray
@@ -127,15 +176,31 @@ def lazy():
         "course_utils.model",
         "course_utils.device",
         "course_utils.session",
-        "course_utils.bench",
-        "course_utils.bench.train",
+        "course_utils.sub",
+        "course_utils.sub.train",
         "course_utils.training",
     }
     names = imported_names(ast.parse(source), "course_utils.training", is_package=False)
     assert resolve(names, modules) - {"course_utils"} == modules - {"course_utils", "course_utils.training"}
     # relative to a package's __init__: ``from . import x`` stays inside that package
-    inner = imported_names(ast.parse("from . import train"), "course_utils.bench", is_package=True)
-    assert "course_utils.bench.train" in resolve(inner, modules)
+    inner = imported_names(ast.parse("from . import train"), "course_utils.sub", is_package=True)
+    assert "course_utils.sub.train" in resolve(inner, modules)
+
+
+def test_a_parent_package_is_an_edge_only_when_named():
+    modules = {"pkg", "pkg.sub", "pkg.sub.common", "pkg.sub.report"}
+
+    def edges(source: str) -> set[str]:
+        tree = ast.parse(source)
+        return named_modules(tree, "pkg.sub.report", False, modules)
+
+    # from the package's own namespace (COMMANDS is defined in pkg/sub/__init__.py): pkg.sub runs by name
+    assert edges("def f():\n    from pkg.sub import COMMANDS") == {"pkg.sub"}
+    assert edges("from . import COMMANDS") == {"pkg.sub"}
+    # a sibling module: pkg.sub runs on the way, as it does for any module of the package
+    assert edges("from pkg.sub.common import COMMANDS") == {"pkg.sub.common"}
+    assert edges("from pkg.sub import common") == {"pkg.sub.common"}
+    assert edges("import pkg.sub.common") == {"pkg.sub.common"}
 
 
 def test_the_cycles_this_test_was_written_for_would_be_found():
@@ -150,21 +215,81 @@ def test_the_cycles_this_test_was_written_for_would_be_found():
     assert cycle is not None and cycle[0] == cycle[-1]
 
 
-# --------------------------------------------------------------------------- the package
+def test_a_package_and_its_module_importing_each_other_inside_functions_is_a_cycle(tmp_path):
+    # bench/__init__.py's dispatcher imported bench.report in a function, and report took COMMANDS back
+    # from the package in its own functions: a cycle, though neither import ran at import time.
+    bench = tmp_path / "pkg" / "bench"
+    bench.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (bench / "__init__.py").write_text("COMMANDS = {}\ndef main():\n    from pkg.bench import report\n")
+    (bench / "report.py").write_text("def render():\n    from pkg.bench import COMMANDS\n")
+    assert find_cycle(import_graph(("pkg",), tmp_path)) == ["pkg.bench", "pkg.bench.report", "pkg.bench"]
+    # the shape that replaced it: both import a small module of the package, which imports neither
+    (bench / "common.py").write_text("COMMANDS = {}\n")
+    (bench / "__init__.py").write_text(
+        "from pkg.bench.common import COMMANDS\ndef main():\n    from pkg.bench import report\n"
+    )
+    (bench / "report.py").write_text("from pkg.bench.common import COMMANDS\n")
+    assert find_cycle(import_graph(("pkg",), tmp_path)) is None
 
 
-def test_course_utils_has_no_import_cycle():
+def test_the_tool_check_sees_every_way_of_importing_a_tool():
+    source = """
+import maintainer_tools.bench
+from course_utils import canary
+from . import export
+import importlib
+
+def lazy():
+    from maintainer_tools.cluster import LocalCluster
+    importlib.import_module("maintainer_tools.docsite")
+    from course_utils import config
+"""
+    found = tool_imports(ast.parse(source), "course_utils.install", is_package=False)
+    assert set(found) >= {
+        "maintainer_tools.bench",
+        f"{PACKAGE}.canary",  # a tool back under the learner's package
+        f"{PACKAGE}.export",
+        "maintainer_tools.cluster",
+        "maintainer_tools.docsite",
+    }
+    assert not [n for n in found if n.startswith("course_utils.config")]
+
+
+# --------------------------------------------------------------------------- the packages
+
+
+def test_the_tools_list_is_the_tools_package():
+    here = {p.stem for p in (REPO / TOOLS_PACKAGE).glob("*.py") if not p.stem.startswith("_")}
+    here |= {p.name for p in (REPO / TOOLS_PACKAGE).iterdir() if (p / "__init__.py").is_file()}
+    assert here == set(TOOLS)
+
+
+def test_course_utils_never_imports_the_maintainers_tools():
+    found = {}
+    for name, path in package_modules((PACKAGE,)).items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        found[name] = tool_imports(tree, name, path.name == "__init__.py")
+    found = {name: names for name, names in found.items() if names}
+    assert not found, f"course_utils modules importing the maintainers' tools: {found}"
+    inside = REPO / PACKAGE
+    leftovers = [tool for tool in TOOLS if (inside / f"{tool}.py").exists() or (inside / tool).is_dir()]
+    assert not leftovers, f"tools inside course_utils (maintainer_tools/ holds them): {leftovers}"
+
+
+def test_neither_package_has_an_import_cycle():
     graph = import_graph()
-    assert "course_utils.training" in graph and "course_utils.bench.train" in graph
+    assert "course_utils.training" in graph and "maintainer_tools.bench.train" in graph
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-# Run in a fresh interpreter: load the third-party libraries the package imports once (torch and
-# Ray cost seconds each), then fork one child per module that imports only ``course_utils.<m>``,
-# with no other ``course_utils`` module loaded. A module that works only when another course
-# module was imported first (or that joins a cycle at import time) fails in its own child.
-# One plain ``python -c`` per module took over a minute on a 2-core machine; this takes seconds.
+# Run in a fresh interpreter: load the third-party libraries the packages import once (torch and
+# Ray cost seconds each), then fork one child per module that imports only that module, with no
+# other course module loaded. A module that works only when another course module was imported
+# first (or that joins a cycle at import time) fails in its own child; each child also says which
+# maintainer_tools modules the import loaded. One plain ``python -c`` per module took over a minute
+# on a 2-core machine; this takes seconds.
 IMPORT_EACH = r"""
 import importlib, json, os, sys, traceback
 modules, external = sys.argv[1].split(","), sys.argv[2].split(",")
@@ -173,7 +298,8 @@ for name in external:
         importlib.import_module(name)
     except Exception:
         pass  # the child that needs it reports the failure
-assert not any(m == "course_utils" or m.startswith("course_utils.") for m in sys.modules)
+ours = ("course_utils", "maintainer_tools")
+assert not any(m.split(".")[0] in ours for m in sys.modules)
 results = {}
 for module in modules:
     read, write = os.pipe()
@@ -185,13 +311,14 @@ for module in modules:
             message, code = "", 0
         except BaseException:
             message, code = traceback.format_exc(), 1
-        os.write(write, message.encode()[-4000:])
+        tools = sorted(m for m in sys.modules if m.split(".")[0] == "maintainer_tools")
+        os.write(write, json.dumps({"message": message[-4000:], "tools": tools}).encode())
         os._exit(code)
     os.close(write)
     with os.fdopen(read, "rb") as pipe:
-        message = pipe.read().decode(errors="replace")
+        said = json.loads(pipe.read().decode(errors="replace") or '{"message": "", "tools": []}')
     _, status = os.waitpid(pid, 0)
-    results[module] = {"status": status, "message": message}
+    results[module] = {"status": status, **said}
 print(json.dumps(results))
 """
 
@@ -205,7 +332,7 @@ def external_imports() -> set[str]:
                 names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
                 names.add(node.module)
-    return {n for n in names if n.split(".")[0] != PACKAGE}
+    return {n for n in names if n.split(".")[0] not in PACKAGES}
 
 
 IMPORTABLE = sorted(m for m in package_modules() if not m.endswith("__main__"))
@@ -227,6 +354,8 @@ def imported_alone() -> dict[str, dict]:
 def test_each_module_imports_alone_in_a_fresh_interpreter(module, imported_alone):
     result = imported_alone[module]
     assert result["status"] == 0, f"import {module} failed on its own:\n{result['message']}"
+    if module.split(".")[0] == PACKAGE:
+        assert result["tools"] == [], f"import {module} loaded the maintainers' tools: {result['tools']}"
 
 
 def test_the_import_check_reports_a_broken_module(tmp_path):
@@ -240,7 +369,7 @@ def test_the_import_check_reports_a_broken_module(tmp_path):
     )
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert results["broken_mod"]["status"] != 0 and "no_such_module_here" in results["broken_mod"]["message"]
-    assert results["json"]["status"] == 0
+    assert results["json"]["status"] == 0 and results["json"]["tools"] == []
 
 
 def modules_loaded_by(statement: str, candidates: tuple[str, ...]) -> list[str]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils import data, inference, lesson_inference
+from course_utils import data, inference, lesson_inference, progress
 from course_utils.checkpoints import load_model
 from course_utils.lesson_inference import BatchPredictor
 from course_utils.model import predict
@@ -105,12 +105,11 @@ def test_pool_for_waits_in_line_until_one_actor_fits(monkeypatch, capsys):
         "plan_pool",
         lambda size, cpus: real_plan(size, cpus, total={"CPU": 4}, free=now["free"], nodes=[{"CPU": 4}]),
     )
-    from course_utils import slots
 
-    real_wait = slots.wait_for
+    real_wait = progress.wait_for_free
     monkeypatch.setattr(
-        slots,
-        "wait_for",
+        progress,
+        "wait_for_free",
         lambda need, what, poll_s: real_wait(
             need, what, 0.01, quiet_s=0, free=free, total=lambda: {"CPU": 4.0}
         ),
@@ -125,14 +124,14 @@ def test_accuracy_and_confusion_matrix():
     labels = np.array([0, 1, 2, 2, 9])
     preds = np.array([0, 1, 1, 2, 9])
     assert inference.accuracy(labels, preds) == pytest.approx(0.8)
-    matrix = inference.confusion_matrix(labels, preds)
+    matrix = inference.confusion_counts(labels, preds)
     assert matrix.shape == (10, 10)
     assert matrix.sum() == 5 and matrix.trace() == 4
     assert matrix[2, 1] == 1  # a true 2 predicted as 1
     with pytest.raises(ValueError):
         inference.accuracy(labels, preds[:3])
     with pytest.raises(ValueError):
-        inference.confusion_matrix(labels, np.array([0, 1, 2, 2, 10]))
+        inference.confusion_counts(labels, np.array([0, 1, 2, 2, 10]))
 
 
 def test_model_worker_and_batch_predictor_agree_with_plain_pytorch(checkpoint_dir, mnist_root):
@@ -215,7 +214,7 @@ def test_torchscript_model_and_plain_loop_predict_like_the_eager_model(checkpoin
 def test_confusion_matrix_plot(tmp_path):
     from course_utils import plots
 
-    matrix = inference.confusion_matrix(np.arange(10).repeat(3), np.arange(10).repeat(3))
+    matrix = inference.confusion_counts(np.arange(10).repeat(3), np.arange(10).repeat(3))
     fig = plots.confusion_matrix(matrix, title="test")
     fig.savefig(tmp_path / "cm.png")
     assert "100.0%" in fig.axes[0].get_title()

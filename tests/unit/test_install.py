@@ -16,13 +16,14 @@ import nbformat
 import pytest
 from packaging.requirements import Requirement
 
-from course_utils import config, docsite, install, solutions
-from course_utils.canary import normalise
+from course_utils import config, install
 from course_utils.config import REPO_ROOT
-from course_utils.run_course import lessons
+from course_utils.install import normalise
+from maintainer_tools import docsite, publish
+from maintainer_tools.run_course import lessons
 
 LESSONS = lessons()
-PUB = install.publication()
+PUB = publish.publication()
 
 
 def _pins() -> dict[str, str]:
@@ -51,7 +52,7 @@ def test_the_setting_names_a_repository_and_a_branch_and_builds_the_urls():
 def test_a_bad_repository_setting_is_refused(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.course]\nrepository = "no-slash"\nbranch = "main"\n')
     with pytest.raises(ValueError, match="owner/name"):
-        install.publication(tmp_path / "pyproject.toml")
+        publish.publication(tmp_path / "pyproject.toml")
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.name[:2] for lesson in LESSONS])
@@ -59,26 +60,26 @@ def test_each_lesson_opens_with_its_links_then_the_install_cell(lesson: Path):
     cells = json.loads(lesson.read_text())["cells"]
     title = "".join(cells[0]["source"]).splitlines()
     assert title[0].startswith("# ") and title[1] == "" and title[2] == PUB.links(lesson.name)
-    assert cells[1]["id"] == install.INSTALL_CELL_ID
-    assert "".join(cells[1]["source"]) == install.install_cell(PUB)
-    assert f'"{PUB.source()}"' in install.install_cell(PUB)
+    assert cells[1]["id"] == publish.INSTALL_CELL_ID
+    assert "".join(cells[1]["source"]) == publish.install_cell(PUB)
+    assert f'"{PUB.source()}"' in publish.install_cell(PUB)
 
 
 def test_sync_finds_no_drift_and_rewrites_a_drifted_lesson(tmp_path):
-    assert install.sync(write=False) == []
+    assert publish.sync(write=False) == []
     copy = tmp_path / LESSONS[0].name
     copy.write_text(LESSONS[0].read_text())
-    other = install.Publication("someone/fork", "release")
-    assert install.sync(tmp_path, write=False, pub=other) == [
+    other = publish.Publication("someone/fork", "release")
+    assert publish.sync(tmp_path, write=False, pub=other) == [
         f"{copy.name}: the Colab/Codespace links or the install cell differ from [tool.course]"
     ]
-    install.sync(tmp_path, write=True, pub=other)
+    publish.sync(tmp_path, write=True, pub=other)
     cells = json.loads(copy.read_text())["cells"]
     assert other.links(copy.name) in "".join(cells[0]["source"])
     assert PUB.colab_url(copy.name) not in "".join(cells[0]["source"])  # replaced, not added
     assert '"git+https://github.com/someone/fork@release"' in "".join(cells[1]["source"])
     assert len(cells) == len(json.loads(LESSONS[0].read_text())["cells"])
-    assert install.sync(tmp_path, write=False, pub=other) == []
+    assert publish.sync(tmp_path, write=False, pub=other) == []
 
 
 def test_readme_links_every_lesson_to_colab_and_offers_a_codespace():
@@ -98,7 +99,7 @@ def test_the_site_page_of_a_lesson_keeps_its_links():
 def test_the_install_cell_does_nothing_in_a_checkout():
     out = io.StringIO()
     with redirect_stdout(out):
-        exec(install.install_cell(PUB), {})
+        exec(publish.install_cell(PUB), {})
     assert out.getvalue() == ""
 
 
@@ -108,7 +109,7 @@ def test_the_install_cell_says_what_pip_said_when_it_fails(monkeypatch, tmp_path
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     monkeypatch.setenv(install.SOURCE_ENV, (tmp_path / "missing.whl").as_uri())
     with pytest.raises(RuntimeError, match=r"pip could not install file://.*missing\.whl"):
-        exec(install.install_cell(PUB), {})
+        exec(publish.install_cell(PUB), {})
 
 
 def test_the_summary_counts_what_came_and_says_torch_stayed(monkeypatch):
@@ -160,16 +161,47 @@ def test_outside_a_checkout_the_course_writes_beside_the_notebook(monkeypatch, t
     assert config.build_root() == tmp_path / "build"
 
 
-def test_the_solutions_ship_in_the_package(monkeypatch, tmp_path):
+@pytest.fixture(scope="module")
+def wheel_files(tmp_path_factory) -> list[str]:
+    """The files of the learner's wheel, built from this checkout as the Colab tier builds it."""
     from tests import colab
 
-    wheel = colab.build_wheel(tmp_path)
-    names = zipfile.ZipFile(wheel).namelist()
+    return zipfile.ZipFile(colab.build_wheel(tmp_path_factory.mktemp("wheel"))).namelist()
+
+
+def test_the_learners_wheel_holds_no_maintainers_tool(wheel_files):
+    packages = {
+        name.rsplit("/", 1)[0] for name in wheel_files if not name.split("/")[0].endswith(".dist-info")
+    }
+    assert packages, wheel_files
+    assert not [p for p in packages if p.split("/")[0] == "maintainer_tools"], (
+        "maintainer_tools is in the wheel"
+    )
+    assert not [p for p in packages if p.startswith("course_utils/bench")], "the benches are in the wheel"
+    tools = ("canary", "run_course", "export", "docsite", "answered", "publish", "cluster")
+    shipped_tools = [n for n in wheel_files if n.rsplit("/", 1)[-1] in {f"{tool}.py" for tool in tools}]
+    assert not shipped_tools, f"maintainers' tools in the learner's wheel: {shipped_tools}"
+    # and the wheel holds what the lessons import: every package of course_utils in the checkout
+    on_disk = {
+        str(p.parent.relative_to(REPO_ROOT))
+        for p in (REPO_ROOT / "course_utils").rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
+    assert on_disk <= packages, (
+        f"packages of course_utils missing from the wheel: {sorted(on_disk - packages)}"
+    )
+    assert {"course_utils/install.py", "course_utils/elastic.py"} <= set(wheel_files)
+
+
+def test_the_solutions_ship_in_the_package(monkeypatch, tmp_path, wheel_files):
+    names = wheel_files
     shipped = sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("course_utils/_solutions/"))
     assert shipped == sorted(p.name for p in (REPO_ROOT / "notebooks" / "solutions").glob("*.md"))
-    assert solutions.solutions_dir() == REPO_ROOT / "notebooks" / "solutions"
-    monkeypatch.setattr(solutions, "REPO_ROOT", tmp_path)
-    assert solutions.solutions_dir() == Path(solutions.__file__).resolve().parent / "_solutions"
+    from course_utils.exercises import checks
+
+    assert checks.solutions_dir() == REPO_ROOT / "notebooks" / "solutions"
+    monkeypatch.setattr(checks, "REPO_ROOT", tmp_path)
+    assert checks.solutions_dir() == Path(checks.__file__).resolve().parents[1] / "_solutions"
 
 
 @pytest.mark.parametrize("lesson", LESSONS, ids=[lesson.name[:2] for lesson in LESSONS])

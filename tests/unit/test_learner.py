@@ -8,7 +8,7 @@ import json
 import pyarrow.fs as pafs
 import pytest
 
-from course_utils import config, ownership, storage
+from course_utils import config, storage
 from tests.notebook_runs import SHARED
 
 pytestmark = [pytest.mark.path(SHARED)]
@@ -64,8 +64,8 @@ def test_runs_go_into_the_learners_folder(tmp_path, monkeypatch):
     path, fs = storage.ray_storage()
     assert path == str((tmp_path / "s" / "course-alice").resolve()) and fs is None
     assert storage.run_path("r") == f"{path}/r"
-    record = json.loads((tmp_path / "s" / "course-alice" / ownership.OWNER_FILE).read_text())
-    assert record["course"] == ownership.COURSE_ID and record["learner"] == "alice"
+    record = json.loads((tmp_path / "s" / "course-alice" / storage.OWNER_FILE).read_text())
+    assert record["course"] == storage.COURSE_ID and record["learner"] == "alice"
     assert record["kind"] == "learner folder"
     monkeypatch.setenv("COURSE_LEARNER", "bob")
     assert storage.ray_storage()[0] == str((tmp_path / "s" / "course-bob").resolve())
@@ -79,15 +79,15 @@ def test_ownership_records(tmp_path, monkeypatch):
     fs = pafs.LocalFileSystem()
     monkeypatch.setenv("COURSE_LEARNER", "alice")
     folder = str(tmp_path / "made-by-the-course")
-    assert ownership.read_owner(fs, folder) is None and not ownership.is_mine(fs, folder)
-    ownership.claim(fs, folder, "parquet")
-    assert ownership.is_mine(fs, folder)
+    assert storage.read_owner(fs, folder) is None and not storage.is_mine(fs, folder)
+    storage.claim_folder(fs, folder, "parquet")
+    assert storage.is_mine(fs, folder)
     monkeypatch.setenv("COURSE_LEARNER", "bob")
-    assert not ownership.is_mine(fs, folder)
-    ownership.claim(fs, folder, "parquet")  # a record naming alice stays alice's
-    assert ownership.read_owner(fs, folder)["learner"] == "alice"
-    with pytest.raises(ownership.CleanupRefused, match="learner 'alice'"):
-        ownership.refuse_unless_mine(fs, folder, folder, "empty")
+    assert not storage.is_mine(fs, folder)
+    storage.claim_folder(fs, folder, "parquet")  # a record naming alice stays alice's
+    assert storage.read_owner(fs, folder)["learner"] == "alice"
+    with pytest.raises(storage.CleanupRefused, match="learner 'alice'"):
+        storage.refuse_unless_mine(fs, folder, folder, "empty")
     for text in ("not json", json.dumps({"course": "another-course", "learner": "bob"}), "[]"):
-        (tmp_path / "made-by-the-course" / ownership.OWNER_FILE).write_text(text)
-        assert ownership.read_owner(fs, folder) is None
+        (tmp_path / "made-by-the-course" / storage.OWNER_FILE).write_text(text)
+        assert storage.read_owner(fs, folder) is None

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from course_utils import export
+from maintainer_tools import export
 from tests.notebook_runs import LESSONS
 
 SHOWN = re.compile(r"show_source\(([\w.]+)\)")

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from course_utils.run_course import prose_words
+from maintainer_tools.run_course import prose_words
 from tests.notebook_runs import LESSONS
 
 UNIT = r"(?:ms|s|min|minutes?|seconds?|%|×|x|images/s|img/s|rows/s)"

@@ -1,4 +1,4 @@
-"""ruff lint and format over course_utils and tests (settings in pyproject.toml), as ./build.sh test runs it."""
+"""ruff lint and format over course_utils, maintainer_tools and tests (settings in pyproject.toml), as ./build.sh test runs it."""
 
 import subprocess
 import sys
@@ -8,7 +8,7 @@ import pytest
 
 from course_utils.config import REPO_ROOT
 
-TARGETS = ["course_utils", "tests"]
+TARGETS = ["course_utils", "maintainer_tools", "tests"]
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess:
@@ -22,8 +22,11 @@ def _ruff(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     "args, fix",
     [
-        (("check", "--no-cache", "--output-format=concise"), "ruff check --fix course_utils tests"),
-        (("format", "--no-cache", "--check", "--diff"), "ruff format course_utils tests"),
+        (
+            ("check", "--no-cache", "--output-format=concise"),
+            "ruff check --fix course_utils maintainer_tools tests",
+        ),
+        (("format", "--no-cache", "--check", "--diff"), "ruff format course_utils maintainer_tools tests"),
     ],
     ids=["check", "format"],
 )

@@ -1,6 +1,6 @@
 import threading
 
-from course_utils import logs
+from course_utils import logs, rayinternals
 
 
 def _crash_in(name: str) -> None:
@@ -195,12 +195,16 @@ def test_driver_log_counts_only_lines_written_after_it_was_made(tmp_path, monkey
 
     monkeypatch.setattr(logs, "session_logs_dir", lambda: tmp_path)
     log = tmp_path / f"python-core-driver-01000000ffff_{os.getpid()}.log"
-    (tmp_path / "python-core-driver-02000000ffff_1.log").write_text(f"{logs.ACTOR_ARGS_RESTART_WARNING}\n")
-    log.write_text(f"before: {logs.ACTOR_ARGS_RESTART_WARNING}\n")
+    (tmp_path / "python-core-driver-02000000ffff_1.log").write_text(
+        f"{rayinternals.ACTOR_ARGS_RESTART_WARNING}\n"
+    )
+    log.write_text(f"before: {rayinternals.ACTOR_ARGS_RESTART_WARNING}\n")
     mark = logs.DriverLog()
     with log.open("a") as out:
-        out.write(f"E core_worker.cc: Actor 'MapWorker' {logs.ACTOR_ARGS_RESTART_WARNING}.\nI other\n")
+        out.write(
+            f"E core_worker.cc: Actor 'MapWorker' {rayinternals.ACTOR_ARGS_RESTART_WARNING}.\nI other\n"
+        )
     assert mark.path == log, "this process's file, not another driver's"
-    assert mark.count(logs.ACTOR_ARGS_RESTART_WARNING) == 1
+    assert mark.count(rayinternals.ACTOR_ARGS_RESTART_WARNING) == 1
     monkeypatch.setattr(logs, "session_logs_dir", lambda: None)
     assert logs.DriverLog().count("anything") == 0, "no Ray: nothing to count"

@@ -1,9 +1,9 @@
 import json
 from pathlib import Path
 
-from course_utils import run_course
 from course_utils.notebook import show_source
-from course_utils.training import per_worker_batch
+from course_utils.plan import per_worker_batch
+from maintainer_tools import run_course
 
 
 def test_show_source_prints_outside_ipython(capsys, monkeypatch):

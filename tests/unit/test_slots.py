@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from ray.train import ScalingConfig
 
-from course_utils import slots
+from course_utils import dashboard, progress
 
 
 @pytest.mark.parametrize(
@@ -18,16 +18,16 @@ from course_utils import slots
     ],
 )
 def test_what_a_fit_needs_free(config, need):
-    assert slots.needed(config) == need
+    assert progress.needed(config) == need
 
 
 def test_short_of_names_only_what_is_missing():
-    assert slots.short_of({"CPU": 2}, {"CPU": 2.0, "GPU": 0}) == {}
-    assert slots.short_of({"CPU": 2, "GPU": 1}, {"CPU": 1.0}) == {"CPU": 2, "GPU": 1}
+    assert progress.short_of({"CPU": 2}, {"CPU": 2.0, "GPU": 0}) == {}
+    assert progress.short_of({"CPU": 2, "GPU": 1}, {"CPU": 1.0}) == {"CPU": 2, "GPU": 1}
 
 
 def test_the_waiting_line_says_needed_free_and_when():
-    line = slots.waiting_line({"CPU": 2}, {"CPU": 1.0}, {"CPU": 4.0}, 12.4)
+    line = progress.waiting_line({"CPU": 2}, {"CPU": 1.0}, {"CPU": 4.0}, 12.4)
     assert line == (
         "waiting for 2 CPU slots: 1 of 4 free, in use by other runs on this cluster; "
         "this run starts when they finish (12 s)"
@@ -35,7 +35,7 @@ def test_the_waiting_line_says_needed_free_and_when():
 
 
 def test_free_at_once_is_silent(capsys):
-    waited = slots.wait_for_slots(
+    waited = progress.wait_for_slots(
         ScalingConfig(num_workers=2), free=lambda: {"CPU": 4.0}, total=lambda: {"CPU": 4}
     )
     assert waited < 0.1
@@ -45,7 +45,7 @@ def test_free_at_once_is_silent(capsys):
 def _wait(workers: int, cpus_free: list[float], quiet_s: float) -> float:
     """wait_for_slots on a 4-CPU cluster whose free CPUs read ``cpus_free`` one poll after another."""
     readings = iter({"CPU": cpus} for cpus in cpus_free)
-    return slots.wait_for_slots(
+    return progress.wait_for_slots(
         ScalingConfig(num_workers=workers),
         poll_s=0.01,
         quiet_s=quiet_s,
@@ -71,8 +71,6 @@ def test_slots_a_finished_run_gives_back_a_moment_later_are_waited_for_quietly(c
 def test_pending_placement_groups_of_this_job_are_what_the_run_waits_for(monkeypatch):
     import ray.util.state
 
-    from course_utils import session
-
     seen = {}
 
     class Group:
@@ -82,21 +80,21 @@ def test_pending_placement_groups_of_this_job_are_what_the_run_waits_for(monkeyp
         seen.update(kwargs)
         return [Group()]
 
-    monkeypatch.setattr(session, "_state_address", lambda: "127.0.0.1:6379")
+    monkeypatch.setattr(dashboard, "state_address", lambda: "127.0.0.1:6379")
     monkeypatch.setattr(ray.util.state, "list_placement_groups", fake_list)
     monkeypatch.setattr(
         ray, "get_runtime_context", lambda: type("C", (), {"get_job_id": lambda self: "05000000"})()
     )
-    assert slots.pending_need() == {"CPU": 2.0}
+    assert progress.pending_need() == {"CPU": 2.0}
     assert ("state", "=", "PENDING") in seen["filters"] and ("creator_job_id", "=", "05000000") in seen[
         "filters"
     ]
 
     def no_dashboard():
-        raise session.StateApiUnavailable("no dashboard")
+        raise dashboard.StateApiUnavailable("no dashboard")
 
-    monkeypatch.setattr(session, "_state_address", no_dashboard)
-    assert slots.pending_need() is None  # no line, no error
+    monkeypatch.setattr(dashboard, "state_address", no_dashboard)
+    assert progress.pending_need() is None  # no line, no error
 
 
 def test_fit_progress_shows_the_waiting_line_while_fit_waits_for_its_placement_group(tmp_path, monkeypatch):
@@ -113,7 +111,7 @@ def test_fit_progress_shows_the_waiting_line_while_fit_waits_for_its_placement_g
         scaling_config = ScalingConfig(num_workers=2)
 
     monkeypatch.setattr(progress, "WAIT_CHECK_S", 0.05)
-    monkeypatch.setattr(slots, "pending_need", lambda: {"CPU": 2.0})
+    monkeypatch.setattr(progress, "pending_need", lambda: {"CPU": 2.0})
     monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 0.0})
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 4.0})
     with progress.fit_progress(Trainer(), total=1, every_s=0.02) as bar:

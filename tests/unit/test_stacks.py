@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import stacks
+from course_utils import dashboard, stacks
 
 DATA = Path(__file__).parent / "data" / "inspect"
 
@@ -172,11 +172,10 @@ def test_wait_for_answers_or_times_out():
 def test_hang_watch_ignores_an_earlier_runs_barrier_warning(monkeypatch):
     """A SynchronizationActor alive at start() (an earlier run's, shutting down) keeps its own warning in
     its log; the watch must wait for this run's, not dump this run's workers at once."""
-    from course_utils import session
 
     log = (DATA / "sync_actor_err.log").read_text()
     alive = [{"actor_id": "earlier", "class_name": stacks.SYNC_ACTOR_CLASS, "job_id": "01000000"}]
-    monkeypatch.setattr(session, "alive_actors", lambda class_substring="": list(alive))
+    monkeypatch.setattr(dashboard, "alive_actors", lambda class_substring="": list(alive))
     read = []
 
     def fake_get_log(address, actor_id, suffix, tail):
@@ -198,7 +197,7 @@ def test_hang_watch_ignores_an_earlier_runs_barrier_warning(monkeypatch):
     monkeypatch.setattr(stacks, "train_workers", lambda run_name: [{"pid": 1, "rank": 0}])
     stack = stacks.WorkerStack(1, {"MainThread": []}, rank=0)
     monkeypatch.setattr(stacks, "worker_stacks", lambda workers, url: dumped.append(workers) or [stack])
-    monkeypatch.setattr(session, "dashboard_url", lambda: None)
+    monkeypatch.setattr(dashboard, "dashboard_url", lambda: None)
 
     watch = stacks.HangWatch("run", poll_s=0.01).start()
     time.sleep(0.3)

@@ -1,25 +1,25 @@
 import pytest
 import torch
 
-from course_utils import config, data, training
+from course_utils import config, data, plan, steps, training
 from course_utils.model import build_resnet18
 
 
 def test_per_worker_batch_splits_evenly():
-    assert training.per_worker_batch(128, 2) == 64
-    assert training.per_worker_batch(128, 1) == 128
+    assert plan.per_worker_batch(128, 2) == 64
+    assert plan.per_worker_batch(128, 1) == 128
 
 
 def test_per_worker_batch_uneven_is_a_clear_error():
     with pytest.raises(ValueError) as info:
-        training.per_worker_batch(100, 3)
+        plan.per_worker_batch(100, 3)
     message = str(info.value)
     assert "100" in message and "3 workers" in message and "99 or 102" in message
 
 
 def test_per_worker_batch_rejects_nonsense():
     with pytest.raises(ValueError):
-        training.per_worker_batch(128, 0)
+        plan.per_worker_batch(128, 0)
 
 
 def test_train_one_epoch_lowers_loss_and_evaluate_scores(mnist_root):
@@ -28,11 +28,11 @@ def test_train_one_epoch_lowers_loss_and_evaluate_scores(mnist_root):
     loader = data.make_loader(ds, 64, shuffle=True)
     model = build_resnet18()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    first, images = training.train_one_epoch(model, loader, optimizer, torch.device("cpu"))
-    second, _ = training.train_one_epoch(model, loader, optimizer, torch.device("cpu"))
+    first, images = steps.train_one_epoch(model, loader, optimizer, torch.device("cpu"))
+    second, _ = steps.train_one_epoch(model, loader, optimizer, torch.device("cpu"))
     assert images == 256, "counts every image it trained on"
     assert second < first
-    scores = training.evaluate(model, data.make_loader(ds, 128, shuffle=False), torch.device("cpu"))
+    scores = steps.evaluate(model, data.make_loader(ds, 128, shuffle=False), torch.device("cpu"))
     assert set(scores) == {"test_loss", "accuracy"} and 0.0 <= scores["accuracy"] <= 1.0
 
 
@@ -51,4 +51,4 @@ def test_loop_config_has_absolute_data_root(mnist_root):
 
 
 def test_sum_across_workers_is_the_value_itself_with_one_process():
-    assert training.sum_across_workers([3.5, 2], torch.device("cpu")) == [3.5, 2.0]
+    assert steps.sum_across_workers([3.5, 2], torch.device("cpu")) == [3.5, 2.0]

@@ -1,4 +1,4 @@
-"""``python -m course_utils.bench checkpoint``: what a checkpoint save costs the training loop,
+"""``python -m maintainer_tools.bench checkpoint``: what a checkpoint save costs the training loop,
 synchronous vs asynchronous upload (lesson 04), at the mid-epoch loop's save rate.
 
 One run of lesson 04's ``train_loop_mid_epoch`` with ``checkpoint_uploads=["sync", "async"]``:
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 import pandas as pd
 
 from course_utils import checkpoints, data, session, storage
-from course_utils.bench import print_lines
 from course_utils.config import get_profile
 from course_utils.training import make_trainer_mid_epoch
+from maintainer_tools.bench.common import print_lines
 
 
 def overhead(rows: pd.DataFrame) -> dict[str, float]:
@@ -53,7 +53,7 @@ def overhead(rows: pd.DataFrame) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Sync vs async checkpoint upload: wait per save and share of the epoch, one run."""
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench checkpoint", description=(main.__doc__ or "").split("\n")[0]
+        prog="python -m maintainer_tools.bench checkpoint", description=(main.__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--train-size", type=int, default=2048)
     parser.add_argument("--epochs", type=int, default=3)

@@ -1,4 +1,4 @@
-"""``python -m course_utils.bench inference``: images/s of one ``ray.get(worker.predict.remote(x))``
+"""``python -m maintainer_tools.bench inference``: images/s of one ``ray.get(worker.predict.remote(x))``
 per digit vs Ray Data batch inference with an actor pool vs plain PyTorch (lesson 05), through
 ``inference.measure_throughput``, the lesson's own measurement, with the lesson's own actor and
 pipeline (``course_utils.lesson_inference``).
@@ -34,7 +34,7 @@ from course_utils.lesson_inference import BatchPredictor, batch_predict, start_m
 def main(argv: Sequence[str] | None = None) -> Throughput:
     """Per-image remote calls vs batch inference, images/s."""
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench inference",
+        prog="python -m maintainer_tools.bench inference",
         description="images/s of one ray.get(worker.predict.remote(x)) per digit vs Ray Data batch inference",
     )
     parser.add_argument("--per-image", type=int, default=300, help="digits sent one call at a time")
@@ -105,7 +105,7 @@ def startup_parts(checkpoint: Any, batch: BatchTiming, pool_size: int) -> list[s
     events (``bench.startup``): tracing the model on the driver (timed again here, alone), the
     pool's actors asked for, their processes up, their ``__init__`` (model loaded), then the first
     blocks through them and back."""
-    from course_utils.bench.startup import created, creation_spans, tasks_since
+    from maintainer_tools.bench.startup import created, creation_spans, tasks_since
 
     started = time.perf_counter()
     torchscript_bytes(checkpoint)

@@ -1,4 +1,4 @@
-"""``python -m course_utils.bench ingest``: rows/s of the ingest paths lesson 03 compares, on
+"""``python -m maintainer_tools.bench ingest``: rows/s of the ingest paths lesson 03 compares, on
 full-MNIST-sized replicated digits: per-row PIL ``map``, vectorised ``map_batches``, the bare
 read, and a plain torch ``DataLoader`` over ``DigitsDataset``; then lesson 03's shuffle table
 (``raydata.shuffle_pipelines`` over the vectorised pipeline). Timing is ``raydata.measure_ingest``
@@ -64,7 +64,7 @@ def bench_name(label: str) -> str:
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Rows/s of the three ingest paths on replicated
     digits (full-MNIST size by default), side by side, ending with the vectorised/per-row ratio."""
-    parser = argparse.ArgumentParser(prog="python -m course_utils.bench ingest", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m maintainer_tools.bench ingest", description=main.__doc__)
     parser.add_argument("--rows", type=int, default=60_000, help="rows to measure (digits replicated)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds per pipeline (best of)")
     parser.add_argument("--shuffle-rounds", type=int, default=2, help="timed rounds per shuffle level")

@@ -6,15 +6,16 @@ Run with the canary venv's Python (``build.sh canary`` makes ``.venv-canary``), 
    run on) with every ``==`` pin relaxed to ``>=`` (torch and torchvision stay pinned: they come from this
    machine's disk), no lock, upgrading everything to the newest that fits;
 2. ``pytest tests/unit``;
-3. every lesson (``python -m course_utils.run_course``, which attempts each one whatever the others did),
+3. every lesson (``python -m maintainer_tools.run_course``, which attempts each one whatever the others did),
    then every lesson alone in a fresh Colab-shaped venv (``tests/colab_tier``, ``--no-colab`` skips it);
-4. the benches (``python -m course_utils.bench <name>``), each figure beside the pinned course's
-   (``course_utils/bench/pinned.json``).
+4. the benches (``python -m maintainer_tools.bench <name>``), each figure beside the pinned course's
+   (``maintainer_tools/bench/pinned.json``).
 
 It ends with ONE Markdown table (also appended to ``$GITHUB_STEP_SUMMARY`` when set) and exits 1 when
 the install, a unit test, a lesson or a bench failed. Bench figures that moved are shown, never judged.
 
-This module imports only the standard library at the top: it runs before anything is installed.
+This module imports only the standard library at the top, and ``course_utils.install``'s ``normalise``
+(standard library only too): it runs before anything is installed.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_utils.install import normalise
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PINNED = Path(__file__).resolve().parent / "bench" / "pinned.json"
-# Every bench (course_utils.bench.COMMANDS; this module imports only the standard library).
+# Every bench (maintainer_tools.bench.common.COMMANDS, written out: that package imports the course, this
+# module only the standard library).
 BENCHES = (
     "train",
     "ingest",
@@ -103,11 +107,6 @@ class Report:
 
 
 # ---------------------------------------------------------------- pure: requirements and output parsing
-
-
-def normalise(name: str) -> str:
-    """A distribution name as pip compares them (PEP 503)."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def relax_requirements(text: str, keep: frozenset[str] = KEEP_PINNED) -> str:
@@ -304,7 +303,8 @@ def child_env(out_dir: Path, own_storage: bool = True) -> dict[str, str]:
 
 
 def install(out_dir: Path, report: Report, relax_all: bool = False) -> bool:
-    """Both requirement files relaxed, newest of everything (eager upgrade), the course package, the kernel."""
+    """Both requirement files relaxed, newest of everything (eager upgrade), the course package and the
+    maintainers' tools (editable, as ``./build.sh setup`` installs them), the kernel."""
     requirements = "".join((REPO_ROOT / name).read_text() for name in REQUIREMENT_FILES)
     relaxed = out_dir / "requirements-canary.txt"
     relaxed.parent.mkdir(parents=True, exist_ok=True)
@@ -324,6 +324,7 @@ def install(out_dir: Path, report: Report, relax_all: bool = False) -> bool:
     commands = [
         [*pip, "-r", str(relaxed)],
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(REPO_ROOT)],
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(REPO_ROOT / "maintainer_tools")],
         [sys.executable, "-m", "ipykernel", "install", "--sys-prefix", "--name", "ray-train-course",
          "--display-name", "Python (Ray Train course)"],
     ]  # fmt: skip
@@ -383,7 +384,14 @@ def unit_tests(out_dir: Path, report: Report) -> None:
 
 
 def lessons(out_dir: Path, selected: Sequence[str], report: Report) -> None:
-    command = [sys.executable, "-m", "course_utils.run_course", "--out", str(out_dir / "course"), *selected]
+    command = [
+        sys.executable,
+        "-m",
+        "maintainer_tools.run_course",
+        "--out",
+        str(out_dir / "course"),
+        *selected,
+    ]
     code, output = run(command, out_dir / "logs" / "course.log", 4 * 3600, child_env(out_dir))
     found = parse_course_table(output)
     for lesson in found:
@@ -405,7 +413,7 @@ def colab_lessons(out_dir: Path, report: Report) -> None:
 def benches(out_dir: Path, names: Sequence[str], report: Report) -> None:
     pinned = json.loads(PINNED.read_text())["benches"]
     for name in names:
-        command = [sys.executable, "-m", "course_utils.bench", name]
+        command = [sys.executable, "-m", "maintainer_tools.bench", name]
         code, output = run(command, out_dir / "logs" / f"bench-{name}.log", 3600, child_env(out_dir))
         error = None if code == 0 else f"exit {code}: {first_error(output)}"
         report.steps.extend(bench_steps(name, pinned.get(name, {}), parse_bench(output), error))

@@ -1,4 +1,4 @@
-"""``python -m course_utils.bench hosts``: the course on three machines that share only the network (the
+"""``python -m maintainer_tools.bench hosts``: the course on three machines that share only the network (the
 hosts tier's, ``tests/hosts.py``: network namespaces, so it needs root and ``ip``, as the tier does). How
 long a local ``COURSE_STORAGE`` takes to be refused, lesson 02's loop as a Ray job, and a worker machine
 lost in the middle of a fit like lesson 04's, once with every process of it killed and once with its
@@ -11,8 +11,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from course_utils.bench import print_lines
 from course_utils.config import REPO_ROOT
+from maintainer_tools.bench.common import print_lines
 
 # each way of losing a host (tests.hosts.LOSSES) -> its two figures
 FIGURES = {
@@ -31,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     machine whose processes all died.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench hosts", description=(main.__doc__ or "").split("\n")[0]
+        prog="python -m maintainer_tools.bench hosts", description=(main.__doc__ or "").split("\n")[0]
     )
     parser.parse_args(argv)
     sys.path.insert(0, str(REPO_ROOT))  # the checkout's tests/, not part of the installed package

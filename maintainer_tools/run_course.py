@@ -3,7 +3,7 @@
 Writes executed copies (``build/notebooks``), HTML (``build/html``) and an index page linking
 the lessons with their run times. Every selected lesson is attempted even when an earlier one
 failed (each lesson stands on its own: it prepares its data and trains what it needs); the run
-ends with one table, lesson by lesson (``format_table``, which ``course_utils.canary`` parses),
+ends with one table, lesson by lesson (``format_table``, which ``maintainer_tools.canary`` parses),
 and exits 1 when any lesson failed. Committed notebooks stay without outputs.
 """
 
@@ -196,7 +196,7 @@ def record_times(out_dir: Path, runs: list[LessonRun], before: dict[str, float])
 def format_table(runs: list[LessonRun], before: dict[str, float] | None = None) -> str:
     """The run's last lines: a Markdown table, one row per lesson (``ok`` or ``FAILED``, the first
     error line, and the seconds of the last run that passed it here, to compare before and after a
-    change). ``course_utils.canary.parse_course_table`` reads it back."""
+    change). ``maintainer_tools.canary.parse_course_table`` reads it back."""
     rows = [TABLE_HEADER, "|---|---:|---|---|---:|"]
     for r in runs:
         seconds = "" if r.seconds is None else f"{r.seconds:.0f}"

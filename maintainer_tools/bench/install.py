@@ -1,4 +1,4 @@
-"""``python -m course_utils.bench install``: a learner's first setup, before and after the tools moved out.
+"""``python -m maintainer_tools.bench install``: a learner's first setup, before and after the tools moved out.
 
 Until requirements-dev.txt was split off, ``./build.sh setup`` installed the maintainers' tools too
 (Playwright, MkDocs, moto, pytest, nbmake, ruff, actionlint). This bench installs both ways, one after
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from course_utils.bench import print_lines
 from course_utils.config import REPO_ROOT
+from maintainer_tools.bench.common import print_lines
 
 MB = 1_000_000
 # name -> requirement files, in the order measured (after first: a warm disk cache can only favour before)
@@ -57,8 +57,15 @@ DEV_TOOLS = (
     "moto",
     "ruff",
 )
-# What `./build.sh lab` and `course` run beside course_utils.
-LEARNER_IMPORTS = ("jupyterlab", "ipykernel", "ipywidgets", "nbclient", "nbconvert")
+# What `./build.sh lab` and `course` run beside course_utils (course: the course runner, one of the tools).
+LEARNER_IMPORTS = (
+    "jupyterlab",
+    "ipykernel",
+    "ipywidgets",
+    "nbclient",
+    "nbconvert",
+    "maintainer_tools.run_course",
+)
 NEEDS_FREE_BYTES = 12_000_000_000  # one venv with torch's CUDA wheels (~7 GB) and its downloads
 _DOWNLOADING = re.compile(r"^\s*Downloading \S+ \((?P<size>[\d.]+) (?P<unit>bytes|kB|MB|GB)\)", re.M)
 _UNITS = {"bytes": 1, "kB": 1_000, "MB": MB, "GB": 1_000_000_000}
@@ -201,7 +208,7 @@ def figures(before: Install, after: Install) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Install both ways, print each one's figures and what the split saved."""
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench install", description=(__doc__ or "").split("\n")[0]
+        prog="python -m maintainer_tools.bench install", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument(
         "--python", default="python3.11", help="the Python the venvs are made with (python3.11)"

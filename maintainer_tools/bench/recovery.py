@@ -1,4 +1,4 @@
-"""``python -m course_utils.bench recovery``: seconds from a worker's SIGKILL to the next training
+"""``python -m maintainer_tools.bench recovery``: seconds from a worker's SIGKILL to the next training
 step, and the share of epoch time spent saving checkpoints, for lesson 04's mid-epoch loop
 (lesson 04's ``train_loop_mid_epoch``)."""
 
@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from course_utils import checkpoints, data, faults, session, storage, training
-from course_utils.bench import print_lines
 from course_utils.config import get_profile
 from course_utils.storage import local_output_dir
+from maintainer_tools.bench.common import print_lines
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
@@ -23,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     share of epoch time spent saving checkpoints.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench recovery",
+        prog="python -m maintainer_tools.bench recovery",
         description=(main.__doc__ or "").split("\n")[0],
     )
     parser.add_argument("--train-size", type=int, default=2048)

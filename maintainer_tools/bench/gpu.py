@@ -1,14 +1,14 @@
-"""``python -m course_utils.bench train --gpu``: does the GPU do the work?
+"""``python -m maintainer_tools.bench train --gpu``: does the GPU do the work?
 
 Four ways to train the same ResNet-18 on the same digits and global batch, on one GPU, side by side:
 
-- ``plain``: lesson 01's loop (``training.train_one_epoch``) over lesson 01's DataLoader (``data.make_loader``);
+- ``plain``: lesson 01's loop (``steps.train_one_epoch``) over lesson 01's DataLoader (``data.make_loader``);
 - ``ray_train``: Ray Train, 1 worker with 1 GPU, lesson 02's loop (``lesson_code.train_loop_per_worker``);
 - ``ray_data``: Ray Train fed by Ray Data, lesson 03's loop (``lesson_code.train_loop_ray_data``);
 - ``ceiling``: the same model and step on batches already in GPU memory: no loader at all.
 
 Each prints its images/s (median of the epochs after the first, which pays for warm-up) and the GPU's
-busy share (NVML, sampled every 0.2 s on a ``polling.every`` thread) from the end of its first epoch to the end of its last (Ray
+busy share (NVML, sampled every 0.2 s on a ``progress.every`` thread) from the end of its first epoch to the end of its last (Ray
 Train's include each epoch's evaluation and checkpoint, which the loop runs between epochs). The digits
 on disk are tiled to ``--rows`` (60,000 by default) so an epoch lasts long enough to measure. It ends
 with ``ray_train_vs_plain_gpu_ratio`` and ``plain_vs_ceiling_ratio``.
@@ -34,10 +34,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from course_utils import data, device, polling, raydata, training
-from course_utils.bench import print_lines, steady
+from course_utils import data, device, progress, raydata, steps, training
+from course_utils.compare import steady
 from course_utils.config import SMOKE, Profile
 from course_utils.model import build_resnet18
+from maintainer_tools.bench.common import print_lines
 
 NO_GPU = "bench train --gpu: no GPU visible to PyTorch here, so there is nothing to measure (exit 0)"
 
@@ -70,7 +71,7 @@ def gpu_busy_reader() -> Callable[[], float | None]:
 
 
 class BusySampler:
-    """The GPU's busy share, sampled by ``sample`` (run it with ``polling.every``); ``mean(t0, t1)``
+    """The GPU's busy share, sampled by ``sample`` (run it with ``progress.every``); ``mean(t0, t1)``
     over a window of ``time.time()`` stamps."""
 
     def __init__(self, read: Callable[[], float | None], every_s: float = 0.2):
@@ -108,7 +109,7 @@ def plain(profile: Profile, root: Path, sampler: BusySampler) -> dict[str, float
     loader = data.make_loader(train_ds, profile.batch_size, shuffle=True, seed=profile.seed)
     model = build_resnet18().to(dev)
     optimizer = torch.optim.Adam(model.parameters(), lr=profile.lr)
-    return _epochs(profile.epochs, lambda: training.train_one_epoch(model, loader, optimizer, dev), sampler)
+    return _epochs(profile.epochs, lambda: steps.train_one_epoch(model, loader, optimizer, dev), sampler)
 
 
 def ceiling(profile: Profile, root: Path, sampler: BusySampler) -> dict[str, float]:
@@ -116,7 +117,7 @@ def ceiling(profile: Profile, root: Path, sampler: BusySampler) -> dict[str, flo
     dev = device.get_device()
     torch.manual_seed(profile.seed)
     train_x, train_y = data.raw_arrays(True, root=root)
-    from course_utils.pixels import to_model_input
+    from course_utils.batch_format import to_model_input
 
     images, labels = to_model_input(train_x).to(dev), torch.as_tensor(train_y).to(dev)
     model = build_resnet18().to(dev)
@@ -128,7 +129,7 @@ def ceiling(profile: Profile, root: Path, sampler: BusySampler) -> dict[str, flo
         batches = (
             (images[order[i : i + batch]], labels[order[i : i + batch]]) for i in range(0, len(labels), batch)
         )
-        return training.train_one_epoch(model, batches, optimizer, dev)
+        return steps.train_one_epoch(model, batches, optimizer, dev)
 
     return _epochs(profile.epochs, epoch, sampler)
 
@@ -183,7 +184,7 @@ def ray_fit(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.bench train --gpu")
+    parser = argparse.ArgumentParser(prog="python -m maintainer_tools.bench train --gpu")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--rows", type=int, default=60_000, help="training rows per epoch (digits tiled)")
     parser.add_argument("--batch-size", type=int, default=256, help="the global batch, the same for all four")
@@ -223,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         results: dict[str, dict[str, float]] = {}
         sampler = BusySampler(read)
-        with polling.every(sampler.sample, sampler.every_s, "gpu-busy-sampler"):
+        with progress.every(sampler.sample, sampler.every_s, "gpu-busy-sampler"):
             results["plain"] = plain(profile, root, sampler)
             results["ceiling"] = ceiling(profile, root, sampler)
             start_ray(verbose=False, log_to_driver=False)  # workers' per-epoch lines would bury the figures

@@ -1,4 +1,4 @@
-"""``python -m course_utils.bench train``: plain PyTorch vs Ray Train images/s on the same cores
+"""``python -m maintainer_tools.bench train``: plain PyTorch vs Ray Train images/s on the same cores
 (lesson 02). Measures ``training.train_baseline`` against ``lesson_code.train_loop_per_worker``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from course_utils import data
-from course_utils.bench import steady
+from course_utils.compare import steady
 from course_utils.config import SMOKE
 from course_utils.history import metric_history
 from course_utils.lesson_code import train_loop_per_worker
@@ -31,12 +31,12 @@ def main(argv: Sequence[str] | None = None) -> float:
     Ray's start-up excluded: they are reported separately). Prints the ratio best Ray / plain.
     """
     if "--gpu" in (argv or []):  # the GPU comparison: its own module, its own options
-        from course_utils.bench import gpu
+        from maintainer_tools.bench import gpu
 
         return gpu.main([a for a in argv if a != "--gpu"])
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench train",
-        epilog="--gpu: plain PyTorch vs Ray Train vs Ray Train + Ray Data on one GPU (course_utils.bench.gpu)",
+        prog="python -m maintainer_tools.bench train",
+        epilog="--gpu: plain PyTorch vs Ray Train vs Ray Train + Ray Data on one GPU (maintainer_tools.bench.gpu)",
     )
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--train-size", type=int, default=4000)

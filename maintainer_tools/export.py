@@ -6,12 +6,12 @@ learner reads and edits it there, and later lessons, tests and benchmarks import
 (lesson 05's predictor), modules this exporter writes from those cells. The notebook is the
 source; the module is generated. After editing a saved cell, run ``./build.sh export``. The same
 command writes each lesson's Colab/Codespace links and install cell from pyproject.toml
-(``course_utils.install.sync``).
+(``maintainer_tools.publish.sync``).
 ``tests/unit/test_export.py`` fails, naming the lesson, the cell and the function, when the two
 drift apart.
 
-    python -m course_utils.export          # write course_utils/lesson_*.py from the lessons
-    python -m course_utils.export --check  # exit 1, saying what drifted, when it is out of date
+    python -m maintainer_tools.export          # write course_utils/lesson_*.py from the lessons
+    python -m maintainer_tools.export --check  # exit 1, saying what drifted, when it is out of date
 """
 
 from __future__ import annotations
@@ -24,14 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MARKER = "#@save"
-PACKAGE = Path(__file__).resolve().parent
-NOTEBOOKS = PACKAGE.parent / "notebooks"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "course_utils"  # where the generated modules go: the package the lessons import
+NOTEBOOKS = ROOT / "notebooks"
 
 _DOC = '''"""{what}, from the lessons' ``#@save`` cells.
 
 GENERATED: do not edit. Edit the cell in the lesson named above each definition,
-then run ``./build.sh export`` (``course_utils.export``); ``tests/unit/test_export.py``
-fails while the two differ. Lines stay within 88 characters, as in the lessons.
+then run ``./build.sh export`` (``maintainer_tools.export``);
+``tests/unit/test_export.py`` fails while the two differ. Lines stay within 88
+characters, as in the lessons.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from torch.utils.data import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from course_utils import data, faults, resumable
+from course_utils.batch_format import IMAGE, LABEL, image_label_pairs
 from course_utils.checkpoints import (
     load_state,
     rank0_checkpoint,
@@ -63,7 +66,6 @@ from course_utils.checkpoints import (
     set_rng_state,
     training_state,
 )
-from course_utils.columns import IMAGE, LABEL, image_label_pairs
 from course_utils.model import build_resnet18, unwrap
 from course_utils.plan import per_worker_batch
 from course_utils.steps import epoch_metrics, train_one_epoch, train_step
@@ -81,10 +83,10 @@ import ray
 import ray.data
 import torch
 
-from course_utils import checkpoints, config, inference, slots
+from course_utils import checkpoints, config, inference, progress
+from course_utils.batch_format import to_model_input
 from course_utils.device import get_device
 from course_utils.inference import load_torchscript
-from course_utils.pixels import to_model_input
 """,
     ),
 }
@@ -133,7 +135,7 @@ def module_for(cell: SavedCell) -> str:
         if cell.lesson[:2] in lessons:
             return name
     raise ValueError(
-        f"{cell.where()} is a #@save cell, but no module in course_utils.export.MODULES takes lesson {cell.lesson[:2]}"
+        f"{cell.where()} is a #@save cell, but no module in maintainer_tools.export.MODULES takes lesson {cell.lesson[:2]}"
     )
 
 
@@ -176,16 +178,16 @@ def drift(cells: list[SavedCell], written: str, module: str = "lesson_code.py") 
 
 def main(argv: list[str] | None = None, package: Path = PACKAGE) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from course_utils import install
+    from maintainer_tools import publish
 
     if "--check" not in argv:
-        for line in install.sync(NOTEBOOKS, write=True):
+        for line in publish.sync(NOTEBOOKS, write=True):
             print(
                 f"wrote {line.split(':')[0]}: its Colab/Codespace links and install cell from [tool.course]"
             )
     cells = saved_cells()
     if "--check" in argv:
-        problems = install.sync(NOTEBOOKS, write=False)
+        problems = publish.sync(NOTEBOOKS, write=False)
         for module in MODULES:
             path = package / module
             problems += drift(cells, path.read_text() if path.exists() else "", module)
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None, package: Path = PACKAGE) -> int:
     for module in MODULES:
         (package / module).write_text(render(cells, module))
         names = [name for cell in cells if module_for(cell) == module for name in cell.names]
-        print(f"wrote {os.path.relpath(package / module, PACKAGE.parent)}: {', '.join(names)}")
+        print(f"wrote {os.path.relpath(package / module, ROOT)}: {', '.join(names)}")
     return 0
 
 

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from course_utils.bench import print_lines
+from maintainer_tools.bench.common import print_lines
 
 LEARNER = textwrap.dedent(
     """
@@ -100,7 +100,7 @@ def run_round(count: int, epochs: int, env: dict[str, str]) -> tuple[list[dict[s
 def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     """1..4 learners at once through lesson 02's fit on one cluster: wall, waiting, CPU per count."""
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench workshop", description=(main.__doc__ or "").split("\n")[0]
+        prog="python -m maintainer_tools.bench workshop", description=(main.__doc__ or "").split("\n")[0]
     )
     parser.add_argument(
         "--counts", type=int, nargs="+", default=[1, 2, 3, 4], help="learners at once, per round"
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
     import ray
 
     from course_utils import data
-    from course_utils.cluster import LocalCluster, NodeSpec
+    from maintainer_tools.cluster import LocalCluster, NodeSpec
 
     data.ensure_mnist(verbose=False)  # prepared once, before the learners share it
     print(

@@ -1,6 +1,6 @@
 """The course's documentation site: README, docs/ and the executed lessons as one static site.
 
-``./build.sh docs`` (``python -m course_utils.docsite``) stages the pages in ``build/site-src`` the way
+``./build.sh docs`` (``python -m maintainer_tools.docsite``) stages the pages in ``build/site-src`` the way
 the repository lays them out (README.md at the top, docs/, notebooks/), so every relative link that
 works on GitHub works on the site too, then runs MkDocs (``mkdocs.yml``: Material theme,
 mkdocs-jupyter for the lessons) into ``build/site``. The site asks nothing of the internet: no web
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.config import REPO_ROOT, build_root
-from course_utils.run_course import lessons
-from course_utils.solutions import ANSWERED_HEADING
+from maintainer_tools.answered import ANSWERED_HEADING
+from maintainer_tools.run_course import lessons
 
 PAGES = ("README.md", "CONTRIBUTING.md", "CHANGELOG.md")  # the repository's own pages, beside docs/
 LESSON_LINK = re.compile(r"\]\((\d\d_[a-z0-9_]+)\.ipynb(#[^)]*)?\)")

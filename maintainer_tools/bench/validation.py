@@ -1,5 +1,5 @@
-"""``python -m course_utils.bench validation``: epoch time when every rank scores the whole test
-set vs the course's choice, each rank scoring its share (lesson 02's ``training.epoch_metrics``).
+"""``python -m maintainer_tools.bench validation``: epoch time when every rank scores the whole test
+set vs the course's choice, each rank scoring its share (lesson 02's ``steps.epoch_metrics``).
 
 Two runs of lesson 02's loop (``lesson_code.train_loop_per_worker``), one after the other in this
 process: as the lesson runs it, and with every rank given the whole test set
@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any
 from unittest import mock
 
-from course_utils import data, session, storage, training
-from course_utils.bench import print_lines
+from course_utils import data, session, steps, storage, training
 from course_utils.config import get_profile
 from course_utils.history import metric_history
+from maintainer_tools.bench.common import print_lines
 
 
 def _whole_set(dataset, rank: int, world: int):
@@ -42,7 +42,7 @@ def train_loop_every_rank_scores_all(config: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     """Every rank evaluating vs sharded evaluation: epoch seconds and their ratio, one process run."""
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench validation", description=(main.__doc__ or "").split("\n")[0]
+        prog="python -m maintainer_tools.bench validation", description=(main.__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--train-size", type=int, default=2000)
     parser.add_argument("--test-size", type=int, default=1000)
@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         try:
             loop = None if shard else train_loop_every_rank_scores_all  # None: lesson 02's loop
             trainer = training.make_trainer(
-                name, profile, train_loop=loop, reported_metrics=training.REPORTED_METRICS
+                name, profile, train_loop=loop, reported_metrics=steps.REPORTED_METRICS
             )
             rows = metric_history(trainer.fit())
         finally:

@@ -1,4 +1,4 @@
-"""``python -m course_utils.bench startup``: where a fit's seconds go before and after training.
+"""``python -m maintainer_tools.bench startup``: where a fit's seconds go before and after training.
 
 A bare fit (2 workers, a loop that reports once) is timed part by part from timestamps Ray and
 the loop record: the driver's ``fit()`` call and return, each actor-creation and actor task's
@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.bench import print_lines
 from course_utils.config import temporary_env
+from maintainer_tools.bench.common import print_lines
 
 WORKERS = 2
 
@@ -325,7 +325,7 @@ def print_comparison(title: str, before: dict[str, float], after: dict[str, floa
 def main(argv: Sequence[str] | None = None) -> float:
     """A bare 2-worker fit timed part by part, the floor beside it, then the course's own per-fit work."""
     parser = argparse.ArgumentParser(
-        prog="python -m course_utils.bench startup", description=(main.__doc__ or "").split("\n")[0]
+        prog="python -m maintainer_tools.bench startup", description=(main.__doc__ or "").split("\n")[0]
     )
     parser.add_argument("--rounds", type=int, default=3, help="fits (and floors) to take the median of")
     parser.add_argument(
