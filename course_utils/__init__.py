@@ -1,19 +1,38 @@
 """Helpers for the Ray Train course: plumbing the notebooks import so they can show only what
-each lesson teaches. Importing this package does no work: no Ray start, no downloads."""
+each lesson teaches (README.md in this folder maps each lesson to its modules). Importing this
+package does no work: no Ray start, no downloads."""
 
 __all__ = [
+    "batch_format",
     "checkpoints",
     "cleanup",
+    "compare",
     "config",
+    "dashboard",
     "data",
     "device",
+    "elastic",
+    "exercises",
     "faults",
     "history",
     "inference",
+    "install",
+    "lesson_code",
+    "lesson_inference",
+    "logs",
+    "metrics",
     "model",
+    "notebook",
+    "plan",
     "plots",
+    "progress",
     "raydata",
+    "rayinternals",
     "resumable",
+    "runstate",
     "session",
+    "stacks",
+    "steps",
+    "storage",
     "training",
 ]

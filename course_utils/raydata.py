@@ -26,12 +26,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import torch
 
-from course_utils import checkpoints, data, steps, storage, training
+from course_utils import data, steps, storage, training
 
 # Re-exported (``x as x``): lessons and tests name them through raydata.
 from course_utils.batch_format import IMAGE, LABEL, check_columns
 from course_utils.config import Profile, get_profile, learner_storage_root, storage_root
-from course_utils.model import unwrap
 from course_utils.progress import progress_bar
 
 SIDE = 28
@@ -56,26 +55,6 @@ BENCH_FILES = 2
 # also needs one block per file (``read_blocks``): when Ray Data splits a file's output further,
 # it keeps the read and the transform apart (Ray 2.58 and 2.60 alike).
 TRANSFORM_BATCH = None
-
-
-def configure_data_context(ctx: Any = None) -> Any:
-    """Ray Data settings for the course (lesson 03 sets the same two on screen): no progress bars
-    (a notebook's stdout is no terminal, so every pipeline would log its bar line by line) and
-    the Parquet reader Ray had before 2.60.
-
-    Why the older reader: Ray 2.60 made the DataSourceV2 reader the default for ``read_parquet``;
-    it lists files in a ``ListFiles`` task that starts a pool of footer-reading actors (32 unless
-    ``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS`` says otherwise) for every read and kills them after. Made
-    for many files in cloud storage; for a few local files those process starts are most of a
-    read's time (docs/design.md: measured side by side with 2.58). ``use_datasource_v2`` is
-    ``DataContext``'s documented switch (also ``RAY_DATA_USE_DATASOURCE_V2=0``). Returns the context.
-    """
-    import ray.data
-
-    ctx = ctx or ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    ctx.use_datasource_v2 = False
-    return ctx
 
 
 def read_blocks(path: str | Path) -> int:
@@ -271,19 +250,6 @@ def per_row_pil(row: dict[str, Any]) -> dict[str, Any]:
     return {IMAGE: image.numpy(), LABEL: int(row[LABEL])}
 
 
-def preprocess(ds, *, fast: bool = True):
-    """The dataset with the course transform applied, the fast (default) or the slow way."""
-    check_columns(ds.schema())
-    if fast:
-        return ds.map_batches(normalise_batch, batch_format="numpy", batch_size=TRANSFORM_BATCH)
-    return ds.map(per_row_pil)
-
-
-def training_dataset(path: str | Path):
-    """What the lesson hands to ``TorchTrainer(datasets={"train": ...})``: read + fast transform."""
-    return preprocess(read_digits(path, shuffle_files=True))
-
-
 # --------------------------------------------------------------------------- training loop
 
 
@@ -308,17 +274,6 @@ def make_ray_data_trainer(
         reported_metrics=(*steps.REPORTED_METRICS, "rows_seen_rank"),
         **kwargs,
     )
-
-
-def evaluate_checkpoint(checkpoint: Any, profile: Profile | None = None) -> dict[str, float]:
-    """Loss and accuracy of a checkpoint on the held-out test digits (driver side, lesson 02's way)."""
-    from course_utils.device import get_device
-
-    profile = profile or get_profile()
-    device = get_device()
-    model = checkpoints.load_model(checkpoint, map_location=device)
-    test_ds = data.take(data.mnist(False), profile.test_size, profile.seed)
-    return steps.evaluate(unwrap(model), data.make_loader(test_ds, 512, shuffle=False), device)
 
 
 # --------------------------------------------------------------------------- timing ingest

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from course_utils import data
-from course_utils.config import Profile, get_profile
+from course_utils.config import Profile, data_root, get_profile
 from course_utils.device import get_device
 from course_utils.model import build_resnet18
 from course_utils.progress import progress_bar
@@ -72,7 +72,7 @@ def train_baseline(
 def loop_config(profile: Profile | None = None, **overrides: Any) -> dict[str, Any]:
     """The ``train_loop_config`` for ``train_loop_per_worker``: profile + absolute data root."""
     profile = profile or get_profile()
-    config = {**profile.to_dict(), "data_root": str(data.data_root())}
+    config = {**profile.to_dict(), "data_root": str(data_root())}
     config.update(overrides)
     return config
 
@@ -154,29 +154,4 @@ def make_trainer(
             logging_config=LoggingConfig(log_level=logs.TRAIN_LOG_LEVEL),  # Ray Train's INFO: to its logs
             callbacks=[history.ReportLog()],  # every report's metrics, for metric_history and fit_progress
         ),
-    )
-
-
-def make_trainer_mid_epoch(
-    name: str,
-    profile: Profile | None = None,
-    *,
-    num_workers: int | None = None,
-    max_failures: int = 1,
-    num_to_keep: int = 2,
-    **config_overrides: Any,
-):
-    """``make_trainer`` for lesson 04's ``train_loop_mid_epoch``: checkpoints kept by recency, not
-    score (mid-epoch reports carry no accuracy)."""
-    from course_utils.lesson_code import train_loop_mid_epoch  # written in lesson 04's #@save cell
-
-    return make_trainer(
-        name,
-        profile,
-        num_workers=num_workers,
-        num_to_keep=num_to_keep,
-        max_failures=max_failures,
-        train_loop=train_loop_mid_epoch,
-        score_attribute=None,
-        **config_overrides,
     )

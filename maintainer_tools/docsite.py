@@ -28,6 +28,7 @@ from maintainer_tools.answered import ANSWERED_HEADING
 from maintainer_tools.run_course import lessons
 
 PAGES = ("README.md", "CONTRIBUTING.md", "CHANGELOG.md")  # the repository's own pages, beside docs/
+PACKAGE_MAP_PAGE = "course-utils.md"  # course_utils/README.md on the site, among the guides
 LESSON_LINK = re.compile(r"\]\((\d\d_[a-z0-9_]+)\.ipynb(#[^)]*)?\)")
 HEADING = re.compile(r"^#{1,6} .*$", re.M)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -139,6 +140,8 @@ def stage(root: Path = REPO_ROOT, out: Path | None = None) -> Path:
     (out / "LICENSE.md").write_text("# License\n\n```text\n" + license_text + "\n```\n")
     for page in sorted((root / "docs").glob("*.md")):
         (out / "docs" / page.name).write_text(_site_links(page.read_text()))
+    # The learner's map of course_utils (JupyterLab shows it when the folder is opened), as a guide page.
+    (out / "docs" / PACKAGE_MAP_PAGE).write_text((root / "course_utils" / "README.md").read_text())
     for name, path in lessons.items():
         nb = static_notebook(nbformat.read(str(path), as_version=4), name)
         nbformat.write(nb, str(out / "notebooks" / name))

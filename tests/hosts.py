@@ -528,13 +528,14 @@ LOST_HOST_FIT = """
 import json, sys, threading, time
 import ray
 from ray.util.state import list_actors
-from course_utils import checkpoints, config, resumable, session, storage, training
+from course_utils import checkpoints, config, resumable, session, storage
+from maintainer_tools import fits
 
 name, head_ip = sys.argv[1:]
 session.start_ray(verbose=False)
 job = ray.get_runtime_context().get_job_id()
 tiny = config.SMOKE.with_(epochs=2, train_size=2048, test_size=200, batch_size=64)
-trainer = training.make_trainer_mid_epoch(
+trainer = fits.make_trainer_mid_epoch(
     name, tiny, num_workers=2, max_failures=1, checkpoint_every=6, checkpoint_uploads=["sync"]
 )
 noticed = {}

@@ -76,7 +76,7 @@ def predictor_problems(
     ref_order = np.argsort(np.asarray(labels), kind="stable")
     if not problems and not np.array_equal(prediction[order], np.asarray(expected_predictions)[ref_order]):
         problems.append(
-            "the predictions differ from the model's: feed it inference.to_model_input(batch['image']) and "
+            "the predictions differ from the model's: feed it batch_format.to_model_input(batch['image']) and "
             "take logits.argmax(dim=1)."
         )
     if not problems and not np.allclose(
@@ -95,7 +95,7 @@ def check_batch_predictor(
     import ray.data
     import torch
 
-    from course_utils import inference
+    from course_utils import batch_format, inference
 
     if not_attempted(exercise, predictor):
         return None
@@ -134,7 +134,7 @@ def check_batch_predictor(
     out = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]} if batches and batches[0] else None
     model = inference.load_torchscript(model_bytes, torch.device("cpu"))
     with torch.inference_mode():
-        probabilities = torch.softmax(model(inference.to_model_input(np.asarray(images))), dim=1)
+        probabilities = torch.softmax(model(batch_format.to_model_input(np.asarray(images))), dim=1)
     confidence, expected = probabilities.max(dim=1)
     problems = predictor_problems(out, labels, expected.numpy(), confidence.numpy())
     if problems:

@@ -18,8 +18,8 @@ import pandas as pd
 
 from course_utils import checkpoints, data, session, storage
 from course_utils.config import get_profile
-from course_utils.training import make_trainer_mid_epoch
 from maintainer_tools.bench.common import print_lines
+from maintainer_tools.fits import make_trainer_mid_epoch
 
 
 def overhead(rows: pd.DataFrame) -> dict[str, float]:

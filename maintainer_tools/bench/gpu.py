@@ -38,6 +38,7 @@ from course_utils import data, device, progress, raydata, steps, training
 from course_utils.compare import steady
 from course_utils.config import SMOKE, Profile
 from course_utils.model import build_resnet18
+from maintainer_tools import fits
 from maintainer_tools.bench.common import print_lines
 
 NO_GPU = "bench train --gpu: no GPU visible to PyTorch here, so there is nothing to measure (exit 0)"
@@ -168,7 +169,7 @@ def ray_fit(
         parquet = raydata.export_mnist_parquet(
             "train", None, path=storage / f"{name}-parquet", data_root=root, num_files=8
         )
-        datasets, loop = {"train": raydata.training_dataset(parquet)}, train_loop_ray_data
+        datasets, loop = {"train": fits.training_dataset(parquet)}, train_loop_ray_data
     TorchTrainer(
         loop,
         train_loop_config=config,

@@ -1,6 +1,6 @@
 """``python -m maintainer_tools.bench inference``: images/s of one ``ray.get(worker.predict.remote(x))``
 per digit vs Ray Data batch inference with an actor pool vs plain PyTorch (lesson 05), through
-``inference.measure_throughput``, the lesson's own measurement, with the lesson's own actor and
+``inference_timing.measure_throughput``, the lesson's own measurement, with the lesson's own actor and
 pipeline (``course_utils.lesson_inference``).
 
 Lesson 05 measures after its section 06 has run a pipeline, so Ray Data's per-cluster service
@@ -19,13 +19,12 @@ import numpy as np
 import ray
 
 from course_utils import data, session
-from course_utils.inference import (
+from course_utils.inference import available_checkpoint, torchscript_bytes
+from course_utils.inference_timing import (
     BatchTiming,
     Throughput,
-    available_checkpoint,
     measure_throughput,
     time_batch_inference,
-    torchscript_bytes,
     wait_until_quiet,
 )
 from course_utils.lesson_inference import BatchPredictor, batch_predict, start_model_worker

@@ -4,7 +4,7 @@ read, and a plain torch ``DataLoader`` over ``DigitsDataset``; then lesson 03's 
 (``raydata.shuffle_pipelines`` over the vectorised pipeline). Timing is ``raydata.measure_ingest``
 (the lesson's own); the Parquet layout is ``raydata.write_parquet``'s (the lesson's too): one
 fixed-size 784-byte value per digit, uncompressed, in ``raydata.BENCH_FILES`` large files. Ray Data
-is set up as the lesson sets it (``raydata.configure_data_context``)."""
+is set up as the lesson sets it (``fits.configure_data_context``)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import ray.data
 import torch
 
 from course_utils import data, raydata, session
+from maintainer_tools import fits
 
 
 class DigitsDataset(torch.utils.data.Dataset):
@@ -42,8 +43,8 @@ def ingest_pipelines(path: str | Path, loader_rows: tuple[np.ndarray, np.ndarray
     vectorised ``map_batches``, the bare read (the floor), and (given the raw arrays) a torch DataLoader."""
     ds = raydata.read_digits(path)
     pipelines: dict[str, Any] = {
-        "per_row_map_pil": raydata.preprocess(ds, fast=False),
-        "vectorised_map_batches": raydata.preprocess(ds, fast=True),
+        "per_row_map_pil": fits.preprocess(ds, fast=False),
+        "vectorised_map_batches": fits.preprocess(ds, fast=True),
         # The floor: the same read with no transform. The vectorised path cannot beat it.
         "read_only_no_transform": ds,
     }
@@ -83,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     labels = np.tile(labels, replicate)[: args.rows]
     started_here = not ray.is_initialized()
     session.start_ray(verbose=False, include_dashboard=False)  # a bench needs no dashboard: ≈ 15 s less
-    raydata.configure_data_context()
+    fits.configure_data_context()
     # In the course storage, not /tmp: on a cluster every node must read the files.
     path = raydata.default_parquet_path("ingest-bench", args.rows)
     try:

@@ -9,9 +9,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from course_utils import checkpoints, data, faults, session, storage, training
+from course_utils import checkpoints, data, faults, session, storage
 from course_utils.config import get_profile
 from course_utils.storage import local_output_dir
+from maintainer_tools import fits
 from maintainer_tools.bench.common import print_lines
 
 
@@ -40,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     marker = Path(local_output_dir("bench-recovery")) / "kill.marker"
     marker.unlink(missing_ok=True)
     spec = faults.crash_once(marker, rank=1, epoch=1, step=args.kill_step, how="external", delay_s=2.0)
-    trainer = training.make_trainer_mid_epoch(
+    trainer = fits.make_trainer_mid_epoch(
         name, profile, max_failures=1, checkpoint_every=args.checkpoint_every, fault=spec
     )
     killer = faults.ExternalKiller(spec).start()

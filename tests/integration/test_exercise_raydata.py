@@ -5,8 +5,8 @@ transform's mistakes are caught before Ray runs (tests/unit/test_check_raydata.p
 
 import pytest
 
-from course_utils import raydata
 from course_utils.exercises import checks, lesson03
+from maintainer_tools import fits
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +66,7 @@ def learner_function(source: str, name: str, prelude: str = ""):
 
 @pytest.fixture(scope="module", autouse=True)
 def _data_context(ray_session):
-    raydata.configure_data_context()  # as lesson 03 sets it
+    fits.configure_data_context()  # as lesson 03 sets it
 
 
 def test_published_transform_runs_in_ray_data_and_passes(capsys):

@@ -16,6 +16,7 @@ import torch
 from course_utils import checkpoints, faults, history, lesson_code, resumable, training
 from course_utils import storage as runs
 from course_utils.config import get_profile
+from maintainer_tools import fits
 
 pytestmark = pytest.mark.integration
 
@@ -125,7 +126,7 @@ def mid_epoch_run(shared_storage):
             markers / "write", rank=0, epoch=1, step=6, how="kill", during="checkpoint", delay_s=SETTLE_S
         ),
     ]
-    trainer = training.make_trainer_mid_epoch(
+    trainer = fits.make_trainer_mid_epoch(
         "ft-mid-epoch",
         _profile(2),
         max_failures=2,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course_utils import cleanup, data, inference
+from course_utils import batch_format, cleanup, data, inference, inference_timing
 from course_utils.checkpoints import load_model
 from course_utils.lesson_inference import BatchPredictor, batch_predict, start_model_worker
 from course_utils.model import predict
@@ -25,7 +25,7 @@ def digits(mnist_root):
 
 
 def _expected(checkpoint_dir, images):
-    return predict(load_model(checkpoint_dir), inference.to_model_input(images)).numpy()
+    return predict(load_model(checkpoint_dir), batch_format.to_model_input(images)).numpy()
 
 
 def test_model_worker_actor_serves_the_checkpoint(ray_session, checkpoint_dir, digits):
@@ -35,7 +35,7 @@ def test_model_worker_actor_serves_the_checkpoint(ray_session, checkpoint_dir, d
     worker = start_model_worker(checkpoint_dir)
     try:
         info = ray.get(worker.info.remote())
-        one_by_one = inference.predict_one_by_one(worker, images[:20], progress=False)
+        one_by_one = inference_timing.predict_one_by_one(worker, images[:20], progress=False)
         whole = ray.get(worker.predict.remote(images))
         calls = ray.get(worker.info.remote())["predict_calls"]
     finally:
@@ -64,7 +64,7 @@ def test_batch_inference_with_an_actor_pool_scores_every_digit(ray_session, chec
 
 def test_measure_throughput_runs_both_ways(ray_session, checkpoint_dir, digits):
     images, _ = digits
-    result = inference.measure_throughput(
+    result = inference_timing.measure_throughput(
         checkpoint_dir,
         images,
         BatchPredictor,
@@ -125,7 +125,7 @@ def test_a_pool_on_a_full_cluster_waits_in_line_and_finishes_once_slots_free(
 
     threading.Thread(target=free_later, daemon=True).start()
     started = time.monotonic()
-    timing = inference.time_batch_inference(
+    timing = inference_timing.time_batch_inference(
         checkpoint_dir, images, BatchPredictor, batch_predict, pool_size=2, batch_size=64
     )
     err = capsys.readouterr().err

@@ -8,6 +8,7 @@ import pytest
 
 from course_utils import batch_format, config, data, history, raydata
 from course_utils import storage as runs
+from maintainer_tools import fits
 
 pytestmark = pytest.mark.integration
 
@@ -25,16 +26,16 @@ def ordered():
 
 
 def test_fast_and_slow_paths_agree_in_ray_data(ray_session, storage, mnist_root, ordered):
-    raydata.configure_data_context()  # as lesson 03 and the bench: the pre-2.60 Parquet reader
+    fits.configure_data_context()  # as lesson 03 and the bench: the pre-2.60 Parquet reader
     path = raydata.export_mnist_parquet("train", 300, data_root=mnist_root, num_files=2)
     ds = raydata.read_digits(path)
     assert set(ds.schema().names) == {"image", "label"}
-    fast_ds = raydata.preprocess(ds, fast=True)
+    fast_ds = fits.preprocess(ds, fast=True)
     assert raydata.consume(fast_ds) == 300
     # One block per file: the transform runs inside the read tasks (lesson 03 says so and shows it).
     assert "ReadParquet->MapBatches(normalise_batch)" in fast_ds.stats()
     fast = fast_ds.take_batch(300, batch_format="numpy")
-    slow = raydata.preprocess(ds, fast=False).take_batch(300, batch_format="numpy")
+    slow = fits.preprocess(ds, fast=False).take_batch(300, batch_format="numpy")
     assert fast["image"].shape == (300, 1, 28, 28) and fast["image"].dtype == np.float32
     np.testing.assert_allclose(fast["image"], slow["image"], rtol=0, atol=1e-6)
     np.testing.assert_array_equal(fast["label"], data.raw_arrays(True, 300, mnist_root)[1])
@@ -60,7 +61,7 @@ def test_two_worker_ray_data_fit_runs_and_loss_falls(ray_session, storage, mnist
     path = raydata.export_mnist_parquet("train", profile.train_size, data_root=mnist_root)
     name = "lesson03-it"
     runs.reset_run(name)
-    trainer = raydata.make_ray_data_trainer(name, raydata.training_dataset(path), profile, shuffle_buffer=256)
+    trainer = raydata.make_ray_data_trainer(name, fits.training_dataset(path), profile, shuffle_buffer=256)
     result = trainer.fit()
     epochs = history.metric_history(result)
     assert list(epochs["epoch"]) == [0, 1]
@@ -69,5 +70,5 @@ def test_two_worker_ray_data_fit_runs_and_loss_falls(ray_session, storage, mnist
     assert (epochs["images_per_s"] > 0).all()
     assert epochs["rows_seen_rank"].between(400, 600).all()
     assert epochs["world_size"].eq(2).all()
-    scored = raydata.evaluate_checkpoint(result.checkpoint, profile)
+    scored = fits.evaluate_checkpoint(result.checkpoint, profile)
     assert scored["accuracy"] > 0.3  # well above chance (0.1) after 2 short epochs

@@ -13,6 +13,7 @@ import pytest
 
 from course_utils import cleanup, config, inference, lesson_inference, raydata, storage
 from course_utils import storage as course_storage
+from course_utils.storage import CleanupRefused
 from tests.notebook_runs import SHARED
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(SHARED)]
@@ -72,11 +73,11 @@ def test_s3_cleanup_leaves_a_teammates_run_and_foreign_objects(s3_storage, monke
     monkeypatch.setenv("COURSE_LEARNER", "bob")
     bob_parquet = raydata.write_parquet(images, labels, f"{s3_storage}/course-bob/datasets/d.parquet", 1)
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    with pytest.raises(cleanup.CleanupRefused, match="learner 'bob'"):
+    with pytest.raises(CleanupRefused, match="learner 'bob'"):
         raydata.write_parquet(images, labels, bob_parquet)
     _put(fs, f"{shared}/course-carol/thesis.tex", b"mine")
     monkeypatch.setenv("COURSE_LEARNER", "carol")
-    with pytest.raises(cleanup.CleanupRefused, match=storage.OWNER_FILE):
+    with pytest.raises(CleanupRefused, match=storage.OWNER_FILE):
         cleanup.clean_storage()
     assert fs.get_file_info(f"{shared}/course-carol/thesis.tex").type == pafs.FileType.File
 

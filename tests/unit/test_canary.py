@@ -158,7 +158,7 @@ def test_pinned_figures_are_lines_the_benches_print():
         assert bench["ray"] and bench["measured"] and bench["figures"], name
         source = (canary.REPO_ROOT / "maintainer_tools" / "bench" / f"{name}.py").read_text()
         if name == "inference":
-            source += (canary.REPO_ROOT / "course_utils" / "inference.py").read_text()
+            source += (canary.REPO_ROOT / "course_utils" / "inference_timing.py").read_text()
         for figure in bench["figures"]:
             literal = BUILT.get(figure, figure)
             if name == "ingest" and figure.endswith("_rows_per_s"):  # "{pipeline}_rows_per_s"

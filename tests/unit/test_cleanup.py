@@ -15,7 +15,14 @@ import pytest
 
 from course_utils import cleanup, config
 from course_utils.data import OFFLINE_MARKER
-from course_utils.storage import COURSE_ID, OWNER_FILE, local_output_dir, prepare_learner_storage, read_owner
+from course_utils.storage import (
+    COURSE_ID,
+    OWNER_FILE,
+    CleanupRefused,
+    local_output_dir,
+    prepare_learner_storage,
+    read_owner,
+)
 from tests.notebook_runs import SHARED
 
 pytestmark = [pytest.mark.path(SHARED)]
@@ -105,7 +112,7 @@ def test_a_teammates_run_and_foreign_paths_are_refused(course_dirs):
         storage / "someone-elses-folder",
         mine / ".." / "course-bob",
     ):
-        with pytest.raises(cleanup.CleanupRefused) as info:
+        with pytest.raises(CleanupRefused) as info:
             cleanup.remove_path(path)
         assert "Refusing to delete" in str(info.value)
     _others_intact(storage)
@@ -130,7 +137,7 @@ def test_a_learner_folder_without_the_courses_record_is_refused(course_dirs, mon
     carol.mkdir()
     (carol / "thesis.tex").write_text("mine")
     monkeypatch.setenv("COURSE_LEARNER", "carol")
-    with pytest.raises(cleanup.CleanupRefused) as info:
+    with pytest.raises(CleanupRefused) as info:
         cleanup.clean_storage()
     assert OWNER_FILE in str(info.value)
     assert (carol / "thesis.tex").read_text() == "mine"
@@ -139,7 +146,7 @@ def test_a_learner_folder_without_the_courses_record_is_refused(course_dirs, mon
 def test_a_record_naming_another_learner_is_refused(course_dirs):
     mine, _, _ = course_dirs
     (mine / OWNER_FILE).write_text(json.dumps({"course": COURSE_ID, "learner": "bob"}))
-    with pytest.raises(cleanup.CleanupRefused) as info:
+    with pytest.raises(CleanupRefused) as info:
         cleanup.clean_storage()
     assert "'bob'" in str(info.value) and "COURSE_LEARNER" in str(info.value)
     assert (mine / "lesson02-resnet18").exists()
@@ -153,7 +160,7 @@ def test_a_learner_folder_that_is_a_symlink_is_refused(tmp_path, monkeypatch):
     (storage / "course-alice").symlink_to(elsewhere, target_is_directory=True)
     monkeypatch.setenv("COURSE_STORAGE", str(storage))
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    with pytest.raises(cleanup.CleanupRefused):
+    with pytest.raises(CleanupRefused):
         cleanup.clean_storage()
     with pytest.raises(config.CourseConfigError) as info:
         prepare_learner_storage()
@@ -166,13 +173,13 @@ def test_a_symlink_leading_out_is_refused(course_dirs):
     mine, _, outside = course_dirs
     link = mine / "looks-like-a-run"
     link.symlink_to(outside, target_is_directory=True)
-    with pytest.raises(cleanup.CleanupRefused) as info:
+    with pytest.raises(CleanupRefused) as info:
         cleanup.remove_path(link / "precious.txt")
     assert "symlink (or lies under one) leading to" in str(info.value) and str(outside) in str(info.value)
-    with pytest.raises(cleanup.CleanupRefused) as info:
+    with pytest.raises(CleanupRefused) as info:
         cleanup.remove_path(link)
     assert "symlink (or lies under one) leading to" in str(info.value)
-    with pytest.raises(cleanup.CleanupRefused) as info:
+    with pytest.raises(CleanupRefused) as info:
         cleanup.clean_storage()  # checks every entry before deleting any
     assert "leading to" in str(info.value)
     assert (outside / "precious.txt").exists()
@@ -182,7 +189,7 @@ def test_a_symlink_leading_out_is_refused(course_dirs):
 def test_a_symlink_leading_out_from_inside_a_run_is_refused(course_dirs):
     mine, _, outside = course_dirs
     (mine / "lesson02-resnet18" / "data-link").symlink_to(outside / "precious.txt")
-    with pytest.raises(cleanup.CleanupRefused) as info:
+    with pytest.raises(CleanupRefused) as info:
         cleanup.remove_path(mine / "lesson02-resnet18")
     assert "contains" in str(info.value) and "data-link" in str(info.value)
     assert (outside / "precious.txt").exists()
@@ -192,7 +199,7 @@ def test_a_symlink_leading_out_from_inside_a_run_is_refused(course_dirs):
 def test_a_symlink_to_a_teammates_run_is_refused(course_dirs):
     mine, _, _ = course_dirs
     (mine / "shortcut").symlink_to(mine.parent / "course-bob", target_is_directory=True)
-    with pytest.raises(cleanup.CleanupRefused):
+    with pytest.raises(CleanupRefused):
         cleanup.remove_path(mine / "shortcut" / "lesson02-resnet18")
     assert (mine.parent / "course-bob" / "lesson02-resnet18").is_dir()
 
@@ -220,7 +227,7 @@ def test_the_shared_data_copy_is_removed_only_on_request(course_dirs, monkeypatc
     # Without the marker this is someone's own MNIST (e.g. a torchvision download): untouched.
     assert cleanup.offline_data_copy() is None and cleanup.remove_data_copy() == []
     assert "not written by the course" in cleanup.data_copy_note()
-    with pytest.raises(cleanup.CleanupRefused):
+    with pytest.raises(CleanupRefused):
         cleanup.remove_path(mnist)
     assert mnist.is_dir()
 
@@ -263,7 +270,7 @@ def test_storage_set_to_a_busy_folder_loses_only_the_course_folder(tmp_path, mon
     assert (busy / "Documents" / "cv.pdf").read_bytes() == b"%PDF"
     assert (busy / ".bashrc").exists() and (busy / "course-bob" / "lesson02-resnet18").is_dir()
     assert cleanup.storage_entries() == []
-    with pytest.raises(cleanup.CleanupRefused):
+    with pytest.raises(CleanupRefused):
         cleanup.check_deletable(busy / "Documents")
 
 

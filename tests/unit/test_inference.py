@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils import data, inference, lesson_inference, progress
+from course_utils import batch_format, data, inference, inference_timing, lesson_inference, progress
 from course_utils.checkpoints import load_model
 from course_utils.lesson_inference import BatchPredictor
 from course_utils.model import predict
@@ -23,21 +23,21 @@ def checkpoint_dir(tmp_path_factory):
 def test_to_model_input_matches_the_training_transform(mnist_root):
     images, _ = data.raw_arrays(train=False, size=4, root=mnist_root)
     expected = torch.stack([data.TRANSFORM(img.numpy() if hasattr(img, "numpy") else img) for img in images])
-    got = inference.to_model_input(images)
+    got = batch_format.to_model_input(images)
     assert got.shape == (4, 1, 28, 28)
     assert torch.allclose(got, expected, atol=1e-6)
 
 
 def test_to_model_input_shapes_and_read_only_arrays():
     one = np.zeros((28, 28), dtype=np.uint8)
-    assert inference.to_model_input(one).shape == (1, 1, 28, 28)
+    assert batch_format.to_model_input(one).shape == (1, 1, 28, 28)
     read_only = np.zeros((3, 28, 28), dtype=np.uint8)
     read_only.setflags(write=False)  # what Ray hands an actor
-    assert inference.to_model_input(read_only).shape == (3, 1, 28, 28)
+    assert batch_format.to_model_input(read_only).shape == (3, 1, 28, 28)
     normalised = torch.randn(2, 1, 28, 28)
-    assert torch.equal(inference.to_model_input(normalised), normalised)
+    assert torch.equal(batch_format.to_model_input(normalised), normalised)
     with pytest.raises(ValueError) as info:
-        inference.to_model_input(np.zeros((2, 3, 32, 32), dtype=np.uint8))
+        batch_format.to_model_input(np.zeros((2, 3, 32, 32), dtype=np.uint8))
     assert "28, 28" in str(info.value)
 
 
@@ -136,7 +136,7 @@ def test_accuracy_and_confusion_matrix():
 
 def test_model_worker_and_batch_predictor_agree_with_plain_pytorch(checkpoint_dir, mnist_root):
     images, labels = data.raw_arrays(train=False, size=64, root=mnist_root)
-    expected = predict(load_model(checkpoint_dir), inference.to_model_input(images)).numpy()
+    expected = predict(load_model(checkpoint_dir), batch_format.to_model_input(images)).numpy()
 
     worker = lesson_inference.ModelWorker(str(checkpoint_dir))  # the actor's class, run in-process
     assert np.array_equal(worker.predict(images), expected)
@@ -152,8 +152,10 @@ def test_model_worker_and_batch_predictor_agree_with_plain_pytorch(checkpoint_di
 
 
 def test_throughput_lines_end_with_the_ratio():
-    t = inference.Throughput(
-        per_image_images=100, per_image_seconds=1.0, batch=inference.BatchTiming(10_000, 5.0, 1.0, 2500.0)
+    t = inference_timing.Throughput(
+        per_image_images=100,
+        per_image_seconds=1.0,
+        batch=inference_timing.BatchTiming(10_000, 5.0, 1.0, 2500.0),
     )
     assert t.per_image_rate == 100 and t.batch_rate == 2000 and t.ratio == pytest.approx(20)
     lines = t.lines()
@@ -163,10 +165,10 @@ def test_throughput_lines_end_with_the_ratio():
 
 
 def test_throughput_with_plain_pytorch_ends_with_both_ratios():
-    t = inference.Throughput(
+    t = inference_timing.Throughput(
         per_image_images=100,
         per_image_seconds=1.0,
-        batch=inference.BatchTiming(10_000, 5.0, 1.0, 2500.0),
+        batch=inference_timing.BatchTiming(10_000, 5.0, 1.0, 2500.0),
         plain_images=10_000,
         plain_seconds=4.0,
         plain_threads=2,
@@ -178,10 +180,10 @@ def test_throughput_with_plain_pytorch_ends_with_both_ratios():
 
 
 def test_throughput_table_has_a_row_per_way_and_splits_batch_at_start_up():
-    t = inference.Throughput(
+    t = inference_timing.Throughput(
         per_image_images=100,
         per_image_seconds=1.0,
-        batch=inference.BatchTiming(10_000, 5.0, 1.0, 2250.0, first_batch_rows=1_000),
+        batch=inference_timing.BatchTiming(10_000, 5.0, 1.0, 2250.0, first_batch_rows=1_000),
         plain_images=10_000,
         plain_seconds=4.0,
         plain_threads=2,
@@ -191,22 +193,23 @@ def test_throughput_table_has_a_row_per_way_and_splits_batch_at_start_up():
     assert table.index[0] == "plain PyTorch, no Ray (2 threads)"
     start_up, after = table.iloc[3], table.iloc[4]
     assert start_up["images"] + after["images"] == 10_000 and start_up["seconds"] + after["seconds"] == 5.0
-    assert len(inference.Throughput(1, 1.0, inference.BatchTiming(10, 1.0, 0.5, 10.0)).table()) == 4, (
-        "no plain PyTorch row when it was not run"
-    )
+    assert (
+        len(inference_timing.Throughput(1, 1.0, inference_timing.BatchTiming(10, 1.0, 0.5, 10.0)).table())
+        == 4
+    ), "no plain PyTorch row when it was not run"
 
 
 def test_torchscript_model_and_plain_loop_predict_like_the_eager_model(checkpoint_dir, mnist_root):
     images, _ = data.raw_arrays(train=False, size=40, root=mnist_root)
     model = load_model(checkpoint_dir)
-    expected = predict(model, inference.to_model_input(images)).numpy()
+    expected = predict(model, batch_format.to_model_input(images)).numpy()
     blob = inference.torchscript_bytes(str(checkpoint_dir))
     fast = inference.load_torchscript(blob, torch.device("cpu"))
     assert isinstance(fast, torch.jit.ScriptModule)  # frozen and fused, not the eager model
     with torch.inference_mode():  # traced on 2 digits, used on 40: any batch size works
-        assert np.array_equal(fast(inference.to_model_input(images)).argmax(dim=1).numpy(), expected)
+        assert np.array_equal(fast(batch_format.to_model_input(images)).argmax(dim=1).numpy(), expected)
     threads = torch.get_num_threads()
-    got = inference.plain_pytorch_predict(str(checkpoint_dir), images, batch_size=16, threads=1)
+    got = inference_timing.plain_pytorch_predict(str(checkpoint_dir), images, batch_size=16, threads=1)
     assert np.array_equal(got, expected)  # 16 + 16 + 8: the short last batch too
     assert torch.get_num_threads() == threads  # the driver's setting is restored
 
@@ -231,7 +234,7 @@ def test_wait_until_quiet_needs_two_idle_samples_in_a_row(monkeypatch):
         return next(samples)
 
     monkeypatch.setattr(psutil, "cpu_percent", cpu_percent)
-    inference.wait_until_quiet(busy_pct=25.0)
+    inference_timing.wait_until_quiet(busy_pct=25.0)
     assert len(calls) == 5  # 90 busy, 10 idle, 80 busy resets, then 5 and 3 idle
 
 
@@ -239,7 +242,7 @@ def test_wait_until_quiet_gives_up_after_its_timeout(monkeypatch):
     import psutil
 
     monkeypatch.setattr(psutil, "cpu_percent", lambda interval: time.sleep(0.01) or 100.0)
-    waited = inference.wait_until_quiet(timeout_s=0.1)
+    waited = inference_timing.wait_until_quiet(timeout_s=0.1)
     assert 0.1 <= waited < 1.0
 
 

@@ -22,6 +22,7 @@ from course_utils import (
     training,
 )
 from course_utils.storage import CleanupRefused, read_owner
+from maintainer_tools import fits
 from maintainer_tools.bench.ingest import DigitsDataset
 
 
@@ -323,10 +324,10 @@ def test_configure_data_context_uses_the_pre_260_parquet_reader_quietly():
     # The switch is DataContext's documented field (Ray 2.58 and 2.60): if a Ray release drops it,
     # setting it would do nothing and lesson 03's reads would pay for footer-reading actors again.
     assert "use_datasource_v2" in {f.name for f in __import__("dataclasses").fields(ray.data.DataContext)}, (
-        "ray.data.DataContext.use_datasource_v2 is gone: see raydata.configure_data_context and lesson 03 section 01"
+        "ray.data.DataContext.use_datasource_v2 is gone: see fits.configure_data_context and lesson 03 section 01"
     )
     assert ctx.use_datasource_v2 is True  # Ray 2.60's default, which the course switches off
-    assert raydata.configure_data_context(ctx) is ctx
+    assert fits.configure_data_context(ctx) is ctx
     assert ctx.use_datasource_v2 is False and ctx.enable_progress_bars is False
 
 
