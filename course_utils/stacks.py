@@ -3,10 +3,11 @@
 A hang shows no error: to see where each rank is, dump its stack. The workers are found through
 Ray: their rank, pid and node from Ray Train's run state (``course_utils.runstate``), else the
 ``RayTrainWorker`` actors of the state API. Each stack comes from py-spy (``py-spy dump``), run
-here for a worker on this machine; for a worker on another node it comes through the dashboard's
-``/worker/traceback`` endpoint, which runs py-spy on that node (it answers 403 unless the head was
-started with ``RAY_DASHBOARD_ENABLE_PROFILING=1``, and needs py-spy on the node; the request carries
-the cluster's auth token, ``dashboard.open_dashboard``).
+here for a worker on this machine, and for a worker on another node by a zero-CPU Ray task pinned to
+that node (as ``faults.kill_on_its_node`` kills there): no dashboard route is needed, so a cluster
+started with Ray's defaults (its dashboard's ``/worker/traceback`` answers 403 unless the head opted
+into profiling) gives stacks too. Where py-spy cannot read a process (not installed there, or the
+node forbids it), that worker's stack says why in one sentence and the others are still shown.
 
 ``learner_frames`` keeps the frames between Ray's call into the training function and the
 first library frame below it: where *your* code is, and the line it is waiting on.
@@ -18,14 +19,12 @@ import functools
 import json
 import linecache
 import os
-import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ BARRIER_WARNING = rayinternals.TRAIN_BARRIER_WARNING
 
 
 class StackUnavailable(RuntimeError):
-    """A worker's stack could not be dumped (py-spy missing, no permission, profiling disabled)."""
+    """A worker's stack could not be dumped (py-spy missing or not permitted on its node, the node gone)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +74,7 @@ class WorkerStack:
     source: str = "py-spy"
     taken_at: float = field(default_factory=time.time)
     role: str = "rank"  # how ``rank`` is named in describe(): a Train rank, or e.g. a split's reader
+    unavailable: str | None = None  # why py-spy could not read it (then ``threads`` is empty)
 
     def learner_frames(self, functions: Iterable[str] = ()) -> list[Frame]:
         """The learner's frames (outermost first) in the thread that runs the learner's code."""
@@ -95,6 +95,8 @@ class WorkerStack:
         """A few lines: which rank, where in the learner's code, and what it is blocked in."""
         who = f"{self.role} {self.rank}" if self.rank is not None else "worker"
         head = f"{who} (pid {self.pid}, {self.source})"
+        if self.unavailable is not None:
+            return f"{head}: its stack could not be read ({self.unavailable}); the lesson goes on without it"
         mine = self.learner_frames(functions)
         if not mine:
             return f"{head}: not in your code (it returned from it, or never started it)"
@@ -231,37 +233,15 @@ def parse_py_spy_json(dump: str | list[dict[str, Any]]) -> dict[str, list[Frame]
     return out
 
 
-_THREAD = re.compile(r'^Thread (\S+) \([^)]*\)(?:: "(.*)")?')
-_FRAME = re.compile(r"^\s+(.+) \((.+):(\d+)\)$")
-
-
-def parse_py_spy_text(dump: str) -> dict[str, list[Frame]]:
-    """``py-spy dump`` text (what the dashboard's ``/worker/traceback`` returns) -> threads.
-
-    Its file names are py-spy's short ones (``ray/train/...``, ``course_utils/faults.py``).
-    """
-    out: dict[str, list[Frame]] = {}
-    current = None
-    for line in dump.splitlines():
-        thread = _THREAD.match(line)
-        if thread:
-            current = thread.group(2) or thread.group(1)
-            out[current] = []
-            continue
-        frame = _FRAME.match(line)
-        if frame and current is not None:
-            out[current].append(Frame(frame.group(1), frame.group(2), int(frame.group(3)), frame.group(2)))
-    return out
-
-
 def py_spy() -> str | None:
     """The py-spy executable: next to this Python (the venv), else on PATH."""
     beside = Path(sys.executable).parent / "py-spy"
     return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
-def dump_local(pid: int, timeout_s: float = 20.0) -> dict[str, list[Frame]]:
-    """py-spy's dump of a process on this machine, as threads of frames."""
+def py_spy_json(pid: int, timeout_s: float = 20.0) -> str:
+    """``py-spy dump --json`` of a process on the machine this runs on (the driver's, or a worker
+    node's inside a pinned task); ``StackUnavailable`` saying why, in one sentence, when it fails."""
     exe = py_spy()
     if exe is None:
         raise StackUnavailable("py-spy is not installed (pip install py-spy): it is what reads a live stack")
@@ -269,27 +249,37 @@ def dump_local(pid: int, timeout_s: float = 20.0) -> dict[str, list[Frame]]:
         [exe, "dump", "--pid", str(pid), "--json"], capture_output=True, text=True, timeout=timeout_s
     )
     if done.returncode != 0:
-        raise StackUnavailable(
-            f"py-spy dump --pid {pid} failed: {(done.stderr or done.stdout).strip()[:300]}"
-        )
-    return parse_py_spy_json(done.stdout)
+        said = " ".join(line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip())
+        raise StackUnavailable(f"py-spy dump --pid {pid} failed: {said[:300]}")
+    return done.stdout
 
 
-def dump_via_dashboard(
-    pid: int, node_id: str, dashboard_url: str, timeout_s: float = 30.0
-) -> dict[str, list[Frame]]:
-    """The dashboard's ``/worker/traceback`` (py-spy on the worker's node), as threads of frames.
+def dump_local(pid: int, timeout_s: float = 20.0) -> dict[str, list[Frame]]:
+    """py-spy's dump of a process on this machine, as threads of frames."""
+    return parse_py_spy_json(py_spy_json(pid, timeout_s))
 
-    A refused token raises ``dashboard.DashboardAuthError``; any other HTTP error ``StackUnavailable``.
+
+def dump_on_its_node(pid: int, node_id: str, timeout_s: float = 60.0) -> dict[str, list[Frame]]:
+    """py-spy's dump of a worker on another machine, run there by a zero-CPU task pinned to its node.
+
+    The task runs ``py_spy_json`` with that node's Python, so py-spy is the one installed beside it.
+    Whatever stops it (py-spy missing or not permitted there, the node gone) is ``StackUnavailable``.
     """
-    from course_utils.dashboard import DashboardHTTPError, open_dashboard
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    query = urllib.parse.urlencode({"pid": pid, "node_id": node_id})
-    url = f"{dashboard_url.rstrip('/')}/worker/traceback?{query}"
+    task = ray.remote(num_cpus=0, max_retries=0)(py_spy_json)
+    pinned = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False))
     try:
-        return parse_py_spy_text(open_dashboard(url, timeout_s=timeout_s).decode())
-    except DashboardHTTPError as err:
-        raise StackUnavailable(str(err)) from err
+        return parse_py_spy_json(ray.get(pinned.remote(pid), timeout=timeout_s))
+    except Exception as err:  # a RayTaskError around StackUnavailable, a dead node, a timeout
+        cause = getattr(err, "cause", None) or err
+        if isinstance(cause, StackUnavailable):  # py-spy's own words, one line
+            reason = str(cause)
+        else:
+            lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+            reason = f"{type(cause).__name__}: {lines[-1] if lines else ''}"
+        raise StackUnavailable(f"on node {node_id[:8]}: {reason}") from None
 
 
 def _on_this_machine(pid: int, node_id: str | None, node_ip: str | None) -> bool:
@@ -310,14 +300,14 @@ def _on_this_machine(pid: int, node_id: str | None, node_ip: str | None) -> bool
 
 
 def dump(
-    pid: int, node_id: str | None = None, node_ip: str | None = None, dashboard_url: str | None = None
+    pid: int, node_id: str | None = None, node_ip: str | None = None
 ) -> tuple[dict[str, list[Frame]], str]:
-    """A worker's threads and how they were read: py-spy here, or the dashboard for another machine."""
+    """A worker's threads and how they were read: py-spy here, or py-spy in a task on its node."""
     if _on_this_machine(pid, node_id, node_ip):
         return dump_local(pid), "py-spy"
-    if node_id is None or dashboard_url is None:
-        raise StackUnavailable(f"pid {pid} runs on another machine and no dashboard/node id was given")
-    return dump_via_dashboard(pid, node_id, dashboard_url), "dashboard /worker/traceback"
+    if node_id is None:
+        raise StackUnavailable(f"pid {pid} runs on another machine, and its node is not known")
+    return dump_on_its_node(pid, node_id), "py-spy on its node"
 
 
 def train_workers(run_name: str | None = None) -> list[dict[str, Any]]:
@@ -354,14 +344,15 @@ def train_workers(run_name: str | None = None) -> list[dict[str, Any]]:
     ]
 
 
-def worker_stacks(workers: list[dict[str, Any]], dashboard_url: str | None = None) -> list[WorkerStack]:
-    """Dump every worker in ``workers`` (``train_workers()`` rows), ordered by rank. A worker on another
-    machine is read through the dashboard (``dashboard_url``, by default the one ``start_ray`` found)."""
-
-    dashboard_url = dashboard_url or dashboard.dashboard_url()
+def worker_stacks(workers: list[dict[str, Any]]) -> list[WorkerStack]:
+    """Dump every worker in ``workers`` (``train_workers()`` rows), ordered by rank. A worker whose
+    stack cannot be read is kept, with no threads and the reason (``WorkerStack.unavailable``)."""
     stacks = []
     for w in workers:
-        threads, source = dump(w["pid"], w.get("node_id"), w.get("node_ip"), dashboard_url)
+        try:
+            threads, source, unavailable = *dump(w["pid"], w.get("node_id"), w.get("node_ip")), None
+        except StackUnavailable as err:
+            threads, source, unavailable = {}, "no stack", str(err)
         stacks.append(
             WorkerStack(
                 w["pid"],
@@ -371,6 +362,7 @@ def worker_stacks(workers: list[dict[str, Any]], dashboard_url: str | None = Non
                 w.get("actor_id"),
                 source,
                 role=w.get("role", "rank"),
+                unavailable=unavailable,
             )
         )
     return sorted(stacks, key=lambda s: (s.rank is None, s.rank if s.rank is not None else s.pid))
@@ -468,7 +460,7 @@ class HangWatch:
                 warning = self.signal()
                 if warning:
                     self.signalled_at = time.time()
-                    self.stacks = worker_stacks(train_workers(self.run_name), dashboard.dashboard_url())
+                    self.stacks = worker_stacks(train_workers(self.run_name))
                     self.warning = warning
                     return
                 self._stop.wait(self.poll_s)

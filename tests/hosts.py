@@ -56,7 +56,7 @@ WORKER_SLOTS = 2
 # The commands a host runs, with <placeholders>: docs/hosting.md shows exactly these (a unit test says so).
 RECIPE = {
     "token": "ray get-auth-token --generate",
-    "head": "RAY_AUTH_MODE=token RAY_verbose_spill_logs=0 RAY_DASHBOARD_ENABLE_PROFILING=1 ray start --head --port=6379 "
+    "head": "RAY_AUTH_MODE=token RAY_verbose_spill_logs=0 ray start --head --port=6379 "
     "--node-ip-address=<head-ip> --num-cpus=<slots>",
     "worker": "RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<token> RAY_verbose_spill_logs=0 ray start "
     "--address=<head-ip>:6379 --node-ip-address=<worker-ip> --num-cpus=<slots>",
@@ -148,8 +148,8 @@ class Host:
         """The environment of a process on this host: its own home and temp dir, no inherited Ray address."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "COURSE_"))}
         env["TMPDIR"] = str(self.tmp)  # Ray's temp dir is $TMPDIR/ray
-        # The venv is the host's Python, as in a node's image: `ray`, and the `py-spy` Ray's agent runs
-        # for the dashboard's stack route, are on PATH.
+        # The venv is the host's Python, as in a node's image: its `ray` is on PATH (py-spy, which reads a
+        # hung rank's stack in a task on that rank's node, is found beside the task's Python).
         env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
         if self.private:
             env["HOME"] = str(self.home)  # the head host is this machine, with its own home

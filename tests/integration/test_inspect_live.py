@@ -127,3 +127,27 @@ def test_split_hang_warning_stack_and_error(ray_session):
     finally:
         for reader in readers:
             ray.kill(reader)
+
+
+def test_a_task_pinned_to_a_node_reads_a_stack_there(ray_session):
+    # What lesson 04 does for a rank on another machine, here pinned to this node: no dashboard route.
+    import subprocess
+    import sys
+    import time
+
+    import ray
+
+    from course_utils import stacks
+
+    code = "import time\ndef learner_sleep():\n    time.sleep(60)\nlearner_sleep()\n"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        time.sleep(1.0)
+        threads = stacks.dump_on_its_node(proc.pid, ray.get_runtime_context().get_node_id())
+    finally:
+        proc.kill()
+        proc.wait()
+    frames = next(iter(threads.values()))
+    assert [f.function for f in stacks.learner_frames(frames, ["learner_sleep"])] == ["learner_sleep"]
+    with pytest.raises(stacks.StackUnavailable, match=r"^on node \w{8}: py-spy dump --pid \d+ failed"):
+        stacks.dump_on_its_node(proc.pid, ray.get_runtime_context().get_node_id())  # gone now
