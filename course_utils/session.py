@@ -148,6 +148,8 @@ def start_ray(
         # Ray's notice that token authentication is on (every local ray.init since 2.59): lesson 01
         # explains the token once; the notice's only advice is to turn it off.
         rayinternals.quiet_token_auth_notice()
+        # A kernel stopped by Jupyter (SIGTERM) prints no C++ stack (rayinternals says why and how).
+        rayinternals.quiet_driver_stop_stack()
         env = dict(COURSE_ENV, **(SMOKE_ENV if profile_name(profile) == "smoke" else {}))
         env[rayinternals.DATA_LOG_LEVEL_ENV] = logs.DATA_LOG_LEVEL  # Ray Data's INFO lines: its log folder
         for key, value in env.items():

@@ -60,3 +60,24 @@ def test_the_dashboard_refuses_a_bare_request_and_takes_the_courses(ray_session,
     with pytest.raises(dashboard.DashboardAuthError) as wrong:
         dashboard.open_dashboard(url)
     assert "answered 403" in str(wrong.value) and "ray get-auth-token" in str(wrong.value)
+
+
+def test_a_kernel_stopped_with_sigterm_prints_no_ray_stack(tmp_path):
+    """What Jupyter, papermill and nbmake do to a kernel that ran start_ray: SIGTERM. Ray's failure signal
+    handler would print a C++ stack ("*** SIGTERM received ...") to stderr; start_ray turns it off."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, time\n"
+        "from course_utils import session\n"
+        "session.start_ray(num_cpus=1, verbose=False)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(30)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["COURSE_STORAGE"] = str(tmp_path / "storage")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode in (15, -15), done.stderr[-2000:]  # ended by the signal, as a stopped kernel is
+    assert "SIGTERM received" not in done.stderr and "PC: @" not in done.stderr, done.stderr[-2000:]

@@ -223,3 +223,16 @@ def test_the_core_workers_actor_arguments_line_and_the_driver_log_name():
         f"the core worker's actor-arguments line was reworded in Ray {_version()} (lesson 05 counts it): {SEE}"
     )
     assert rayinternals.driver_log_prefix() == "python-core-driver", f"renamed in Ray {_version()}: {SEE}"
+
+
+def test_the_driver_failure_signal_handler_switch():
+    import ray
+    from ray._private import ray_constants
+
+    assert isinstance(getattr(ray_constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", None), bool), (
+        f"ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER moved in Ray {_version()}: {SEE}"
+    )
+    raylet_so = next(Path(ray.__file__).parent.glob("_raylet*.so"))
+    assert b"RAY_DISABLE_FAILURE_SIGNAL_HANDLER" in raylet_so.read_bytes(), (
+        f"the core worker no longer reads the switch in Ray {_version()} (quiet_driver_stop_stack): {SEE}"
+    )
