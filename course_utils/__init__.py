@@ -16,6 +16,7 @@ __all__ = [
     "faults",
     "history",
     "inference",
+    "inference_timing",
     "install",
     "lesson_code",
     "lesson_inference",

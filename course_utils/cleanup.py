@@ -4,7 +4,7 @@ A workshop shares one ``COURSE_STORAGE`` and one cluster, so "the course's" mean
 learner's" (``config.learner()``, from ``COURSE_LEARNER`` or the OS user name):
 
 - storage: only the learner's folder ``<COURSE_STORAGE>/course-<learner>`` is emptied, and only
-  when it carries the course's ownership record naming this learner (``ownership.OWNER_FILE``).
+  when it carries the course's ownership record naming this learner (``storage.OWNER_FILE``).
   Teammates' folders and anything else in ``COURSE_STORAGE`` stay, locally and on ``s3://``;
   a ``COURSE_STORAGE`` of ``.``, ``/tmp`` or the home folder loses only ``course-<learner>``'s contents;
 - actors: only named ``course-*`` actors in the learner's Ray namespace ``course-<learner>``;
@@ -36,7 +36,7 @@ from course_utils.config import (
     storage_root,
 )
 
-# CleanupRefused lives in ownership (raydata.write_parquet raises it too); cleanup.CleanupRefused is the same.
+# CleanupRefused is storage's (raydata.write_parquet raises it too).
 from course_utils.storage import OWNER_FILE, CleanupRefused, refuse_unless_mine
 
 

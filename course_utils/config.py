@@ -213,7 +213,7 @@ def learner_storage_root() -> str:
     Every run, output and Parquet copy of the course goes here (``storage.ray_storage`` hands
     it to ``RunConfig``), so learners sharing one ``COURSE_STORAGE`` never touch each other's
     files. Only the name: ``storage.prepare_learner_storage`` creates the folder with its
-    ownership record (``ownership.OWNER_FILE``), the mark lesson 06 requires before it empties it.
+    ownership record (``storage.OWNER_FILE``), the mark lesson 06 requires before it empties it.
     """
     root = storage_root()
     if is_remote_uri(root):

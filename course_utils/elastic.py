@@ -361,18 +361,15 @@ def joined(nodes: list[ExtraNode], timeout_s: float = 120.0) -> str | None:
 
 # Ray's autoscaling coordinator: a detached actor that the first elastic run on a cluster creates. An
 # elastic run sizes its worker group from the nodes the coordinator last read, and it re-reads them
-# only every COORDINATOR_REFRESH_S (a constant of Ray's: no setting, env or config changes it).
+# only every rayinternals.AUTOSCALING_COORDINATOR_REFRESH_S (a constant of Ray's: no setting, env or config changes it).
 # Name, namespace, period and the refresh call are Ray internals (course_utils.rayinternals).
-COORDINATOR_NAME = rayinternals.AUTOSCALING_COORDINATOR_NAME
-COORDINATOR_NAMESPACE = rayinternals.AUTOSCALING_COORDINATOR_NAMESPACE
-COORDINATOR_REFRESH_S = rayinternals.AUTOSCALING_COORDINATOR_REFRESH_S
 
 
 def refresh_autoscaling_coordinator(timeout_s: float = 10.0) -> bool:
     """Make Ray's autoscaling coordinator re-read the cluster's nodes now; True if it did.
 
     Why: a node that joins or leaves changes what an elastic run may use only at the coordinator's
-    next refresh, up to ``COORDINATOR_REFRESH_S`` (20 s) later. The demo calls this right after a
+    next refresh, up to ``rayinternals.AUTOSCALING_COORDINATOR_REFRESH_S`` (20 s) later. The demo calls this right after a
     node registered or left, so it waits for the controller's own decision instead of that clock.
     It runs the coordinator's periodic refresh once (``rayinternals.tick_autoscaling_coordinator``).
     False when there is no coordinator yet (the first elastic run creates it, reading the nodes
@@ -382,7 +379,10 @@ def refresh_autoscaling_coordinator(timeout_s: float = 10.0) -> bool:
     import ray
 
     try:
-        coordinator = ray.get_actor(COORDINATOR_NAME, namespace=COORDINATOR_NAMESPACE)
+        coordinator = ray.get_actor(
+            rayinternals.AUTOSCALING_COORDINATOR_NAME,
+            namespace=rayinternals.AUTOSCALING_COORDINATOR_NAMESPACE,
+        )
         rayinternals.tick_autoscaling_coordinator(coordinator, timeout_s)
     except Exception:  # no coordinator, or no such refresh in this Ray: the 20 s refresh still happens
         return False

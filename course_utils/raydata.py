@@ -1,5 +1,5 @@
 """Ray Data for the course: digits as Parquet, a Ray Dataset over them, the fast transform, the
-Ray Data training loop, and ``measure_ingest`` (lesson 03 times pipelines with it; the
+trainer around lesson 03's Ray Data loop (the loop itself is the lesson's, in ``lesson_code``), and ``measure_ingest`` (lesson 03 times pipelines with it; the
 benchmark around it is ``maintainer_tools.bench.ingest``).
 
 The Parquet layout is two columns: ``image`` (the 28*28 uint8 pixels as one fixed-size 784-byte

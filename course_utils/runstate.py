@@ -5,7 +5,7 @@ With ``RAY_TRAIN_ENABLE_STATE_TRACKING=1`` in the driver's environment when ``fi
 writes every run, attempt and worker group into a detached ``TrainStateActor``, and the dashboard
 serves them at ``/api/train/v2/runs/v1`` (ray/dashboard/modules/train/train_head.py). The
 open-source dashboard has no Train tab: this module reads that endpoint and returns DataFrames.
-The request carries the cluster's auth token (``session.open_dashboard``): since Ray 2.59 the
+The request carries the cluster's auth token (``dashboard.open_dashboard``): since Ray 2.59 the
 dashboard refuses one without it.
 """
 

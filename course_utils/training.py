@@ -1,4 +1,4 @@
-"""The training pieces: single-process PyTorch (lesson 01) and what lesson 02's per-worker loop calls.
+"""Lesson 01's single-process loop, and the ``TorchTrainer`` a lesson's fit is built with (``make_trainer``).
 
 Lesson 01's loop and lesson 02's ``train_loop_per_worker`` (written in lesson 02, exported to
 ``course_utils.lesson_code``) share ``train_step``, ``train_one_epoch`` and ``evaluate``, so the only
