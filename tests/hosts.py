@@ -56,8 +56,7 @@ WORKER_SLOTS = 2
 # The commands a host runs, with <placeholders>: docs/hosting.md shows exactly these (a unit test says so).
 RECIPE = {
     "token": "ray get-auth-token --generate",
-    "head": "RAY_AUTH_MODE=token ray start --head --port=6379 "
-    "--node-ip-address=<head-ip> --num-cpus=<slots>",
+    "head": "RAY_AUTH_MODE=token ray start --head --port=6379 --node-ip-address=<head-ip> --num-cpus=<slots>",
     "worker": "RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<token> ray start "
     "--address=<head-ip>:6379 --node-ip-address=<worker-ip> --num-cpus=<slots>",
     "learner": "RAY_ADDRESS=<head-ip>:6379 RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<token> "
