@@ -323,7 +323,7 @@ clean() {
   # Only what the course generated inside this repo: executed notebooks and the default run
   # storage. Data stays (a cache every learner sharing COURSE_DATA reads); `clean --data` also
   # removes the course's offline MNIST copy, once nobody needs it. Storage elsewhere is never touched.
-  if [ "${1:-}" = "--data" ]; then "$PY" -m course_utils.cleanup --data; fi
+  if [ "${1:-}" = "--data" ]; then "$PY" -m maintainer_tools.clean_data --data; fi
   local target
   for target in "$BUILD" "$ROOT/storage"; do
     if [ -e "$target" ]; then rm -rf -- "$target"; echo "clean: removed $target"; fi

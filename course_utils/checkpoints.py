@@ -236,29 +236,6 @@ def save_wait_s(state: dict[str, Any], destination: str | Path, rounds: int = 3)
     return best
 
 
-def restore(
-    model: nn.Module, optimizer: torch.optim.Optimizer | None = None, map_location: str | torch.device = "cpu"
-) -> dict[str, Any] | None:
-    """Load the run's latest checkpoint (``ray.train.get_checkpoint()``) into model/optimizer.
-
-    Returns the saved state (``epoch``, ``history``...) or None on a fresh start.
-    """
-    import ray.train
-
-    from course_utils.model import unwrap
-
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        return None
-    state = load_state(checkpoint, map_location)
-    unwrap(model).load_state_dict(state["model"])
-    if optimizer is not None and "optimizer" in state:
-        optimizer.load_state_dict(state["optimizer"])
-    if "rng" in state:
-        set_rng_state(state["rng"])
-    return state
-
-
 def load_model(source: Any, map_location: str | torch.device = "cpu") -> nn.Module:
     """A fresh ResNet-18 with the weights of a checkpoint dir, ``model.pt`` or Checkpoint."""
     from course_utils.model import build_resnet18

@@ -10,7 +10,7 @@ learner's" (``config.learner()``, from ``COURSE_LEARNER`` or the OS user name):
 - actors: only named ``course-*`` actors in the learner's Ray namespace ``course-<learner>``;
 - data: never in a lesson. The offline MNIST copy under ``COURSE_DATA`` is shared by every learner
   who points there, so lesson 06 keeps it and says how to remove it (``./build.sh clean --data``,
-  ``remove_data_copy``) once nobody needs it; a MNIST the course did not write is never removed.
+  ``maintainer_tools.clean_data``) once nobody needs it; a MNIST the course did not write is never removed.
 
 Deleting a local path is fenced. It is deleted only when it lies strictly inside the
 learner's storage folder or the build folder, or is the course's own offline MNIST copy.
@@ -305,40 +305,6 @@ def data_copy_note() -> str:
     )
 
 
-def remove_data_copy(dry_run: bool = False) -> list[Removed]:
-    """Delete the course's offline MNIST copy, for when nobody needs it any more (``./build.sh clean
-    --data``; no lesson calls it). Holds ``ensure_mnist``'s lock, so a learner preparing it meanwhile
-    waits and then rewrites it in seconds."""
-    from filelock import FileLock
-
-    copy = offline_data_copy()
-    if copy is None:
-        return []
-    with FileLock(str(copy.parent / ".mnist.lock")):
-        return [remove_path(copy, dry_run)]
-
-
-def clean_data_cli(argv: list[str] | None = None) -> int:
-    """``python -m course_utils.cleanup --data [--dry-run]``: what ``./build.sh clean --data`` runs."""
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m course_utils.cleanup", description=clean_data_cli.__doc__
-    )
-    parser.add_argument("--data", action="store_true", help="remove the course's offline MNIST copy")
-    parser.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
-    args = parser.parse_args(argv)
-    if not args.data:
-        parser.error("nothing to do: --data removes the shared MNIST copy (lesson 06 removes the rest)")
-    removed = remove_data_copy(dry_run=args.dry_run)
-    print(
-        CleanupReport(removed=removed, dry_run=args.dry_run).describe()
-        if removed
-        else "no course MNIST copy here"
-    )
-    return 0
-
-
 # ---------------------------------------------------------------- actors
 
 
@@ -432,7 +398,3 @@ def alive_course_actors(
         if a["name"] not in named
     ]
     return alive
-
-
-if __name__ == "__main__":
-    raise SystemExit(clean_data_cli())

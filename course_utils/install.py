@@ -13,8 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-# The variable that points a lesson's install cell at another source (a fork, a wheel: file:///...).
-SOURCE_ENV = "COURSE_SOURCE"
 KEPT = ("torch", "torchvision")  # the runtime's own, when within pyproject.toml's ranges
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # pip colours its warnings
 

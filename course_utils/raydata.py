@@ -48,13 +48,6 @@ PARQUET_OPTIONS = {"compression": "none", "use_dictionary": False, "write_statis
 # a fixed scheduling overhead (a pipeline over 10 rows took ≈ 0.18 s). With the uncompressed
 # layout, bench ingest measured vectorised 225-248 k rows/s, 12.9-13.9x the per-row PIL map.
 BENCH_FILES = 2
-# ``map_batches(batch_size=None)``: one call per block (a Parquet row group), so Ray Data fuses
-# the transform into the read task (ReadParquet->MapBatches) and the raw bytes never take an extra
-# hop through the object store. Measured here on 60,000 rows (old layout): ≈ 196 k rows/s vs
-# ≈ 135 k rows/s with batch_size=4096, which splits the pipeline into two operators. The fusion
-# also needs one block per file (``read_blocks``): when Ray Data splits a file's output further,
-# it keeps the read and the transform apart (Ray 2.58 and 2.60 alike).
-TRANSFORM_BATCH = None
 
 
 def read_blocks(path: str | Path) -> int:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-CHECKED_ON = ("2.58.0", "2.60.0")
-
 # --- Driver start-up -------------------------------------------------------------------------------
 
 # Ray's logger for its token-authentication set-up (ray/_private/authentication/

@@ -21,12 +21,6 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from course_utils.steps import REPORTED_METRICS
-
-# What train_loop_resumable reports each epoch: lesson 02's metrics, where the attempt began and
-# the batch each worker trained with.
-RESUMABLE_METRICS = (*REPORTED_METRICS, "start_epoch", "per_worker_batch")
-
 
 class IndexRecorder(Dataset):
     """Wraps a map-style dataset and remembers which indices were read, in order.

@@ -89,12 +89,6 @@ def write_owner(fs: pafs.FileSystem, path: str, kind: str) -> dict[str, Any]:
     return record
 
 
-def is_mine(fs: pafs.FileSystem, path: str) -> bool:
-    """True when folder ``path`` carries the course's record naming this learner."""
-    record = read_owner(fs, path)
-    return record is not None and record["learner"] == _learner()
-
-
 def claim_folder(fs: pafs.FileSystem, path: str, kind: str) -> None:
     """Write the ownership record of folder ``path`` unless it has one (once per process for remote
     storage). A record naming another learner is left as it is: that folder stays theirs."""

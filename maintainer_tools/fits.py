@@ -14,8 +14,16 @@ from course_utils import checkpoints, data, steps
 from course_utils.batch_format import check_columns
 from course_utils.config import Profile, get_profile
 from course_utils.model import unwrap
-from course_utils.raydata import TRANSFORM_BATCH, normalise_batch, per_row_pil, read_digits
+from course_utils.raydata import normalise_batch, per_row_pil, read_digits
 from course_utils.training import make_trainer
+
+# ``map_batches(batch_size=None)``: one call per block (a Parquet row group), so Ray Data fuses
+# the transform into the read task (ReadParquet->MapBatches) and the raw bytes never take an extra
+# hop through the object store. Measured here on 60,000 rows (old layout): ≈ 196 k rows/s vs
+# ≈ 135 k rows/s with batch_size=4096, which splits the pipeline into two operators. The fusion
+# also needs one block per file (``read_blocks``): when Ray Data splits a file's output further,
+# it keeps the read and the transform apart (Ray 2.58 and 2.60 alike).
+TRANSFORM_BATCH = None
 
 
 def configure_data_context(ctx: Any = None) -> Any:

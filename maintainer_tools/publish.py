@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_utils.config import REPO_ROOT
-from course_utils.install import SOURCE_ENV
 
+# The variable that points a lesson's install cell at another source (a fork, a wheel: file:///...).
+SOURCE_ENV = "COURSE_SOURCE"
 INSTALL_CELL_ID = "install"
 LINKS_PREFIX = "**Open in** "
 

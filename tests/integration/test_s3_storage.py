@@ -8,9 +8,10 @@ import pyarrow.fs as pafs
 import pytest
 from ray.train import TrainingFailedError
 
-from course_utils import config, faults, lesson_code, resumable, training
+from course_utils import config, faults, lesson_code, training
 from course_utils import storage as course_storage
 from course_utils.history import metric_history
+from course_utils.steps import REPORTED_METRICS
 from tests.notebook_runs import S3
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(S3)]
@@ -19,7 +20,9 @@ TINY = config.SMOKE.with_(epochs=3, train_size=512, test_size=200, batch_size=64
 LOOP = (
     lesson_code.train_loop_resumable
 )  # lesson 04's loop: resumes from get_checkpoint(), reports start_epoch
-REPORTED = resumable.RESUMABLE_METRICS
+# What train_loop_resumable reports each epoch: lesson 02's metrics, where the attempt began and
+# the batch each worker trained with.
+REPORTED = (*REPORTED_METRICS, "start_epoch", "per_worker_batch")
 
 
 def test_checkpoints_in_s3_survive_a_killed_run_and_resume(ray_session, s3_storage, tmp_path):

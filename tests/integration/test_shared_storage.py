@@ -15,6 +15,7 @@ from course_utils import cleanup, config, inference, lesson_inference, raydata, 
 from course_utils import storage as course_storage
 from course_utils.storage import CleanupRefused
 from tests.notebook_runs import SHARED
+from tests.ownership import is_mine
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(SHARED)]
 
@@ -43,7 +44,7 @@ def test_s3_cleanup_leaves_a_teammates_run_and_foreign_objects(s3_storage, monke
     images, labels = np.zeros((8, 28, 28), np.uint8), np.arange(8)
     parquet = raydata.write_parquet(images, labels, raydata.default_parquet_path("train", 8), num_files=2)
     assert parquet.startswith(f"{s3_storage}/course-alice/datasets/")
-    assert storage.is_mine(fs, f"{alice_path}/datasets/mnist-train-8.parquet")
+    assert is_mine(fs, f"{alice_path}/datasets/mnist-train-8.parquet")
     assert [n for n, _ in raydata.parquet_files(parquet)] == ["part-000.parquet", "part-001.parquet"]
     raydata.write_parquet(images, labels, parquet, num_files=2)  # its own folder: replaced
     assert storage.read_owner(fs, alice_path)["learner"] == "alice"

@@ -23,6 +23,7 @@ from course_utils.storage import (
     prepare_learner_storage,
     read_owner,
 )
+from maintainer_tools.clean_data import clean_data_cli, remove_data_copy
 from tests.notebook_runs import SHARED
 
 pytestmark = [pytest.mark.path(SHARED)]
@@ -225,7 +226,7 @@ def test_the_shared_data_copy_is_removed_only_on_request(course_dirs, monkeypatc
     (mnist / "raw").mkdir(parents=True)
     (mnist / "raw" / "t10k-images-idx3-ubyte").write_bytes(b"\0" * 2048)
     # Without the marker this is someone's own MNIST (e.g. a torchvision download): untouched.
-    assert cleanup.offline_data_copy() is None and cleanup.remove_data_copy() == []
+    assert cleanup.offline_data_copy() is None and remove_data_copy() == []
     assert "not written by the course" in cleanup.data_copy_note()
     with pytest.raises(CleanupRefused):
         cleanup.remove_path(mnist)
@@ -239,8 +240,8 @@ def test_the_shared_data_copy_is_removed_only_on_request(course_dirs, monkeypatc
     assert mnist.is_dir() and str(mnist) in note and "./build.sh clean --data" in note
 
     # When nobody needs it any more: `./build.sh clean --data`, whoever prepared it.
-    assert cleanup.clean_data_cli(["--data", "--dry-run"]) == 0 and mnist.is_dir()
-    assert cleanup.clean_data_cli(["--data"]) == 0
+    assert clean_data_cli(["--data", "--dry-run"]) == 0 and mnist.is_dir()
+    assert clean_data_cli(["--data"]) == 0
     assert not mnist.exists() and data_dir.is_dir()
     assert "freed" in capsys.readouterr().out
 

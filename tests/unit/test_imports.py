@@ -29,7 +29,18 @@ PACKAGE, TOOLS_PACKAGE = "course_utils", "maintainer_tools"
 PACKAGES = (PACKAGE, TOOLS_PACKAGE)
 # maintainer_tools' top-level modules (held to the folder below): course_utils imports none of them, under
 # either package's name.
-TOOLS = ("answered", "bench", "canary", "cluster", "docsite", "export", "fits", "publish", "run_course")
+TOOLS = (
+    "answered",
+    "bench",
+    "canary",
+    "clean_data",
+    "cluster",
+    "docsite",
+    "export",
+    "fits",
+    "publish",
+    "run_course",
+)
 
 
 def module_name(path: Path, root: Path = REPO) -> str:

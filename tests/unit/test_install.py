@@ -107,7 +107,7 @@ def test_the_install_cell_says_what_pip_said_when_it_fails(monkeypatch, tmp_path
     import importlib.util
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    monkeypatch.setenv(install.SOURCE_ENV, (tmp_path / "missing.whl").as_uri())
+    monkeypatch.setenv(publish.SOURCE_ENV, (tmp_path / "missing.whl").as_uri())
     with pytest.raises(RuntimeError, match=r"pip could not install file://.*missing\.whl"):
         exec(publish.install_cell(PUB), {})
 

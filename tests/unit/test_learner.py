@@ -10,6 +10,7 @@ import pytest
 
 from course_utils import config, storage
 from tests.notebook_runs import SHARED
+from tests.ownership import is_mine
 
 pytestmark = [pytest.mark.path(SHARED)]
 
@@ -79,11 +80,11 @@ def test_ownership_records(tmp_path, monkeypatch):
     fs = pafs.LocalFileSystem()
     monkeypatch.setenv("COURSE_LEARNER", "alice")
     folder = str(tmp_path / "made-by-the-course")
-    assert storage.read_owner(fs, folder) is None and not storage.is_mine(fs, folder)
+    assert storage.read_owner(fs, folder) is None and not is_mine(fs, folder)
     storage.claim_folder(fs, folder, "parquet")
-    assert storage.is_mine(fs, folder)
+    assert is_mine(fs, folder)
     monkeypatch.setenv("COURSE_LEARNER", "bob")
-    assert not storage.is_mine(fs, folder)
+    assert not is_mine(fs, folder)
     storage.claim_folder(fs, folder, "parquet")  # a record naming alice stays alice's
     assert storage.read_owner(fs, folder)["learner"] == "alice"
     with pytest.raises(storage.CleanupRefused, match="learner 'alice'"):
