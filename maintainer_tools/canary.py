@@ -403,7 +403,7 @@ def lessons(out_dir: Path, selected: Sequence[str], report: Report) -> None:
 
 def colab_lessons(out_dir: Path, report: Report) -> None:
     """Every lesson alone in a fresh Colab-shaped venv, installed by its own install cell
-    (tests/colab_tier; CI runs three of them): what a Colab learner gets from PyPI this week."""
+    (tests/colab_tier; CI runs one of them): what a Colab learner gets from PyPI this week."""
     command = [sys.executable, "-m", "pytest", "tests/colab_tier", "-q", "-p", "no:cacheprovider"]
     env = dict(child_env(out_dir, False), COURSE_COLAB_LESSONS="all")
     code, output = run(command, out_dir / "logs" / "colab-tier.log", 3 * 3600, env)

@@ -28,7 +28,7 @@ S3 = "S3-compatible storage: COURSE_STORAGE=s3://bucket/prefix (moto server on l
 SHARED = "shared storage and cluster: only the learner's own things are removed"
 GPU = "GPU runner, 1 or N GPUs: the lesson plans for 0, 1 and 4 GPUs, gpu.yml's probe"
 GPU_SHAPED = "GPU-shaped: a Ray cluster that declares 1 or 2 GPUs on this CPU machine (lessons 05-06, pools, preflights)"
-BROWSER = "JupyterLab in a browser: ./build.sh lab headless + Chromium (Playwright), every lesson from the UI"
+BROWSER = "JupyterLab in a browser: ./build.sh lab headless + Chromium (Playwright), lessons from the UI"
 HOSTS = "real hosts: a head and two worker hosts sharing only the network (namespaces, private disks), S3 on the head"
 DOCS_SITE = "the documentation site: ./build.sh docs, every page read in Chromium"
 COLAB = "Colab-shaped: a lesson alone in an empty folder, a fresh venv with Colab's stack, its install cell"

@@ -1,4 +1,4 @@
-"""The GPU-shaped tier: lessons 05 and 06 on a Ray cluster that declares 1 or 2 GPUs, on this CPU machine.
+"""The GPU-shaped tier: lessons 05 and 06 on Ray clusters that declare 1, then 2 GPUs, on this CPU machine.
 
 ``ray start --num-gpus=N`` makes Ray schedule by N GPUs whether or not the machine has them: the model
 actor, the batch-inference pool and the resource preflights then decide exactly as on a GPU node, while
@@ -56,22 +56,19 @@ def waiting_actors(cluster: LocalCluster) -> list[str]:
     return lines or [f"(none listed; state API said: {run.stderr.strip()[-300:] or 'nothing'})"]
 
 
-@pytest.mark.notebooks
-@pytest.mark.parametrize("gpus", [1, 2], ids=["1gpu", "2gpus"])
-def test_lessons_05_06_on_a_cluster_that_declares_gpus(gpus, tmp_path, mnist_root, monkeypatch, summary_note):
-    for key, value in {
-        "COURSE_PROFILE": "smoke",  # torch sees no GPU: the plan is the CPU one, the cluster's GPUs are Ray's
-        "CUDA_VISIBLE_DEVICES": "",
-        "COURSE_STORAGE": str(tmp_path / "storage"),
-        "COURSE_DATA": str(mnist_root),
-        "COURSE_LEARNER": f"gpu-shaped-{gpus}",
-    }.items():
-        monkeypatch.setenv(key, value)
+# What runs on each cluster, in order, with one storage folder: lesson 05 on the 1-GPU cluster finds no run
+# of lesson 02 and trains it; on the 2-GPU cluster lesson 05 loads that run, as a learner's second
+# session on a bigger machine would, and lesson 06 removes what the course made.
+STEPS = [(1, ("05",)), (2, ("05", "06"))]
+
+
+def _run_on_cluster(gpus: int, stems: tuple[str, ...], monkeypatch) -> list[str]:
+    """Run the lessons named by ``stems`` on a fresh cluster that declares ``gpus`` GPUs; their times."""
     times = []
     with LocalCluster(NodeSpec(num_cpus=4, num_gpus=gpus), nodes=[], dashboard=True) as cluster:
         for key, value in cluster.driver_env().items():
             monkeypatch.setenv(key, value)  # the lesson's kernel inherits them: RAY_ADDRESS, token auth
-        for lesson in TIER_LESSONS:
+        for lesson in [p for p in TIER_LESSONS if p.stem[:2] in stems]:
             started = time.monotonic()
             # A timed-out cell's kernel is shut down, and its waiting actors with it: name them from the
             # last look taken while the lesson ran.
@@ -98,7 +95,24 @@ def test_lessons_05_06_on_a_cluster_that_declares_gpus(gpus, tmp_path, mnist_roo
                 )
             alarming = alarming_output(result.nb, lesson.name)
             assert not alarming, f"{lesson.name} with {gpus} declared GPU(s) reads as 'it broke': {alarming}"
-    summary_note(f"GPU-shaped tier, {gpus} declared GPU(s): " + ", ".join(times))
+    return times
+
+
+@pytest.mark.notebooks
+def test_lessons_05_06_on_clusters_that_declare_1_then_2_gpus(
+    tmp_path, mnist_root, monkeypatch, summary_note
+):
+    for key, value in {
+        "COURSE_PROFILE": "smoke",  # torch sees no GPU: the plan is the CPU one, the cluster's GPUs are Ray's
+        "CUDA_VISIBLE_DEVICES": "",
+        "COURSE_STORAGE": str(tmp_path / "storage"),
+        "COURSE_DATA": str(mnist_root),
+        "COURSE_LEARNER": "gpu-shaped",
+    }.items():
+        monkeypatch.setenv(key, value)
+    for gpus, stems in STEPS:
+        times = _run_on_cluster(gpus, stems, monkeypatch)
+        summary_note(f"GPU-shaped tier, {gpus} declared GPU(s): " + ", ".join(times))
 
 
 @pytest.mark.parametrize("gpus", [1, 2], ids=["1gpu", "2gpus"])

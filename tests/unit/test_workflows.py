@@ -75,7 +75,7 @@ def test_cpu_job_runs_the_tests_on_python_311():
 
 def test_newer_python_job_runs_unit_tests_and_lessons_01_02_on_312_and_313():
     jobs = _load("ci.yml")["jobs"]
-    assert set(jobs) == {"test", "newer-python"}
+    assert set(jobs) == {"test", "newer-python", "every-lesson-in-jupyterlab"}
     job = jobs["newer-python"]
     assert job["strategy"]["matrix"]["python"] == ["3.12", "3.13"] and not job["strategy"]["fail-fast"]
     setup = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/setup-python"))
@@ -87,6 +87,17 @@ def test_newer_python_job_runs_unit_tests_and_lessons_01_02_on_312_and_313():
     # build.sh test runs the paths it is given instead of `tests notebooks`
     build = (REPO_ROOT / "build.sh").read_text()
     assert "targets=(tests notebooks)" in build and '-m pytest "${targets[@]}"' in build
+
+
+def test_every_lesson_runs_in_jupyterlab_weekly_and_on_demand():
+    """The push-time run opens three lessons in the browser; this job opens all six, weekly."""
+    workflow = _load("ci.yml")
+    triggers = workflow[True]  # YAML 1.1 reads the key `on` as True
+    assert "workflow_dispatch" in triggers and triggers["schedule"][0]["cron"].split()[-1] == "1"
+    job = workflow["jobs"]["every-lesson-in-jupyterlab"]
+    assert "schedule" in job["if"] and "workflow_dispatch" in job["if"]
+    assert _run_lines({"jobs": {"j": job}}) == ["COURSE_BROWSER_LESSONS=all ./build.sh test tests/browser"]
+    assert "COURSE_BROWSER_LESSONS" in (REPO_ROOT / "tests" / "browser" / "test_jupyterlab.py").read_text()
 
 
 def test_canary_runs_weekly_and_on_demand():
