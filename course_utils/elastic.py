@@ -31,6 +31,8 @@ from typing import Any
 
 from course_utils import rayinternals
 
+# How often wait_joined asks the cluster whether a launched node is in (a GCS call each time).
+JOIN_POLL_S = 0.1
 # Ports a node takes at a fixed default unless told (the head on the same machine has them): a
 # second node on this machine is given free ones.
 NODE_PORT_FLAGS = (
@@ -68,8 +70,12 @@ class ExtraNode:
         self.error: BaseException | None = None
         self.stopped_at: float | None = None
         self.stop_sent_at: float | None = None  # wall clock when stop() signalled the node
+        self.launched_time: float | None = None  # wall clock when `ray start` ran for it
         self.joined_at: float | None = None  # time.monotonic() when the cluster first listed it alive
-        self.joined_time: float | None = None  # the same moment by the wall clock (Ray's logs use it)
+        # Wall clock (Ray's logs use it) of the driver's last look that did not list it yet: it registered
+        # after this, within one look (JOIN_POLL_S). The moment a look saw it can be later than a decision
+        # Ray's controller took on it, because the controller may see the node first.
+        self.joined_time: float | None = None
         self.gone_time: float | None = None  # wall clock when the cluster first listed it dead (wait_gone)
         self._ports: dict[str, int] = {}
         self._joiner: threading.Thread | None = None
@@ -87,6 +93,7 @@ class ExtraNode:
         # make this node's log monitor replay every earlier worker's output into the notebook, and
         # `ray start` would record this cluster as the machine's default one for any later ray.init().
         self.temp_dir = Path(tempfile.mkdtemp(prefix="rx-", dir="/tmp"))
+        self.launched_time = time.time()
         self.log = self.temp_dir / "ray-start.log"
         self._ports = {flag: free_port() for flag in NODE_PORT_FLAGS}
         fd = os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -130,20 +137,19 @@ class ExtraNode:
     def wait_joined(self, timeout_s: float = 120.0, quiet: bool = False) -> ExtraNode:
         """Wait until the cluster lists this (launched) node alive; stop it and raise if it does not."""
         deadline = time.monotonic() + timeout_s
+        not_yet = self.launched_time if self.launched_time is not None else time.time()
         while time.monotonic() < deadline:
+            looked = time.time()
             joined = self._joined()
             if joined:
-                self.node_id, self.joined_at, self.joined_time = (
-                    joined["NodeID"],
-                    time.monotonic(),
-                    time.time(),
-                )
+                self.node_id, self.joined_at, self.joined_time = joined["NodeID"], time.monotonic(), not_yet
                 if not quiet:
                     self.say_joined()
                 return self
             if self.process.poll() is not None:
                 break
-            time.sleep(0.5)
+            not_yet = looked
+            time.sleep(JOIN_POLL_S)
         exited = self.process.poll() is not None
         self.stop()
         lines = [line.strip() for line in self.log.read_text(errors="replace").splitlines() if line.strip()]

@@ -72,5 +72,6 @@ def test_an_elastic_run_grows_when_a_node_joins_and_shrinks_when_it_leaves(ray_s
     decisions = elastic.scaling_decisions(name)
     resized = [d for d in decisions if d["kind"] == "resize"]
     assert [d["workers"] for d in resized] == [2], "the controller's own decision to grow"
+    # joined_time is the driver's last look before the node was listed: it registered after it
     assert resized[0]["time"] > joining.joined_time, "after the node registered"
     assert decisions[-1]["workers"] == 1 and decisions[-1]["time"] > joining.stop_sent_at, "after it left"
