@@ -6,6 +6,7 @@ with its published solution pasted in (``maintainer_tools.answered``), as a lear
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,17 @@ DOCS_SITE = "the documentation site: ./build.sh docs, every page read in Chromiu
 COLAB = "Colab-shaped: a lesson alone in an empty folder, a fresh venv with Colab's stack, its install cell"
 
 LESSONS = lessons()  # notebooks/NN_*.ipynb in order, as ./build.sh course runs them
+
+
+def every_lesson(variable: str) -> bool:
+    """True when ``variable`` is ``all``: a tier that runs some lessons at each push runs all six."""
+    return os.environ.get(variable) == "all"
+
+
+def tier_lessons(variable: str, at_each_push: tuple[str, ...]) -> list[Path]:
+    """The lessons a tier runs: those numbered in ``at_each_push``, or all six when ``variable`` is ``all``
+    (the weekly runs set it)."""
+    return [p for p in LESSONS if every_lesson(variable) or p.name[:2] in at_each_push]
 
 
 def run_lesson(path: Path, label: str, *, answered: bool, timeout_s: int = 600) -> NotebookResult:

@@ -10,8 +10,8 @@ S3 paths together, as one workshop learner does. While the browser runs lessons 
 more learners (their own driver processes, ``COURSE_LEARNER`` learner2 and learner3) run the same
 lesson at the same moment on the same 4-slot cluster, storage and MNIST copy, so three fits want 6
 slots (and, in the weekly run of every lesson, three lesson 05s want their model actors and pools at
-once): every one of those runs must
-pass without a worker-startup timeout or a traceback, and each learner's times end the test output.
+once): every one of those runs must pass without a worker-startup timeout or a traceback, and each
+learner's times end the test output.
 
 ``./build.sh lab`` is started headless (127.0.0.1, a token, a free port) on copies of the lessons
 in ``build/browser/notebooks`` (the committed notebooks stay without outputs). Debian's Chromium,
@@ -52,7 +52,7 @@ from maintainer_tools.cluster import _end_group
 from maintainer_tools.run_course import KERNEL
 from tests.chromium import browser, chromium, nonlocal_requests  # noqa: F401 (browser, chromium: fixtures)
 from tests.notebook_runs import BROWSER as BROWSER_PATH
-from tests.notebook_runs import CLUSTER, LESSONS, S3, SHARED
+from tests.notebook_runs import CLUSTER, LESSONS, S3, SHARED, every_lesson, tier_lessons
 from tests.workshop import check_others_left_alone, workshop  # noqa: F401 (workshop: a fixture)
 
 pytestmark = [
@@ -70,8 +70,8 @@ pytestmark = [
 # cluster with S3 in the hosts tier and on the laptop path; what the browser adds to them (plots,
 # widgets, Run All) is what these three show too.
 CI_LESSONS = ("02", "05", "06")
-EVERY_LESSON = os.environ.get("COURSE_BROWSER_LESSONS") == "all"
-SELECTED = [lesson for lesson in LESSONS if EVERY_LESSON or lesson.name[:2] in CI_LESSONS]
+EVERY_LESSON = every_lesson("COURSE_BROWSER_LESSONS")
+SELECTED = tier_lessons("COURSE_BROWSER_LESSONS", CI_LESSONS)
 KERNEL_DISPLAY = "Python (Ray Train course)"
 OUT = REPO_ROOT / "build" / "browser"
 # Lessons whose tqdm bars stay on screen (others close theirs: leave=False); 02's is its fit's bar.

@@ -12,7 +12,6 @@ canary sets ``COURSE_COLAB_LESSONS=all``.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nbformat
@@ -20,15 +19,11 @@ import pytest
 
 from course_utils.config import REPO_ROOT
 from tests import colab
-from tests.notebook_runs import COLAB, LESSONS, alarming_output
+from tests.notebook_runs import COLAB, alarming_output, tier_lessons
 
 pytestmark = [pytest.mark.integration, pytest.mark.colab, pytest.mark.path(COLAB)]
 
-SELECTED = [
-    lesson
-    for lesson in LESSONS
-    if os.environ.get("COURSE_COLAB_LESSONS") == "all" or lesson.name[:2] in colab.CI_LESSONS
-]
+SELECTED = tier_lessons("COURSE_COLAB_LESSONS", colab.CI_LESSONS)
 
 
 @pytest.fixture(scope="module")
