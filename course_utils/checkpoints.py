@@ -177,8 +177,9 @@ def rank0_checkpoint(
     if rank != 0:
         yield None
         return
-    directory = write_checkpoint_dir(state, before_commit=before_commit)
-    try:
+    directory = new_temp_dir()
+    try:  # removed after report, and also when the write itself fails
+        write_checkpoint_dir(state, directory, before_commit=before_commit)
         yield ray.train.Checkpoint.from_directory(str(directory))
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -206,7 +207,11 @@ def rank0_snapshot(
     directory = str(new_temp_dir())
 
     def write_then_upload(checkpoint: Any, checkpoint_dir_name: str) -> Any:
-        write_checkpoint_dir(snapshot, directory, before_commit=before_commit)
+        try:
+            write_checkpoint_dir(snapshot, directory, before_commit=before_commit)
+        except BaseException:  # Ray deletes the folder after an upload, not after a failed write
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
         storage = ray.train.get_context().get_storage()  # Ray's own copy to the run's storage
         return storage.persist_current_checkpoint(checkpoint, checkpoint_dir_name)
 

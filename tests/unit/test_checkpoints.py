@@ -29,10 +29,20 @@ def test_write_and_load_round_trip(tmp_path):
     assert not list(directory.glob("*.partial"))
 
 
-def test_default_directory_is_a_fresh_temp_dir():
+@pytest.fixture
+def temp_root(monkeypatch, tmp_path):
+    """The folder new_temp_dir creates its folders in, for this test alone."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    return tmp_path / "tmp"
+
+
+def test_default_directory_is_a_fresh_temp_dir(temp_root):
     _, _, state = _state()
     a, b = checkpoints.write_checkpoint_dir(state), checkpoints.write_checkpoint_dir(state)
-    assert a != b and (a / checkpoints.STATE_FILE).exists()
+    assert a != b and (a / checkpoints.STATE_FILE).exists() and a.parent == temp_root
 
 
 def test_truncated_checkpoint_is_a_clear_error(tmp_path):
@@ -83,7 +93,7 @@ def test_rank0_checkpoint_only_on_rank_0_and_gone_after_report():
     assert not folder.exists(), "the temp dir is removed once report has copied it"
 
 
-def test_rank0_checkpoint_never_yields_a_half_written_checkpoint(tmp_path):
+def test_rank0_checkpoint_never_yields_a_half_written_checkpoint(tmp_path, temp_root):
     def crash():
         raise RuntimeError("died while writing")
 
@@ -96,6 +106,10 @@ def test_rank0_checkpoint_never_yields_a_half_written_checkpoint(tmp_path):
         with checkpoints.rank0_checkpoint(0, state, before_commit=crash):
             calls.append("reported")
     assert calls == [], "a checkpoint whose write crashed is never handed to report"
+    assert list(temp_root.iterdir()) == [], "nor left on disk"
+    with checkpoints.rank0_checkpoint(0, state) as written:
+        assert (Path(written.path) / checkpoints.STATE_FILE).exists()
+    assert list(temp_root.iterdir()) == [], "a reported checkpoint's folder goes once report returns"
     with checkpoints.rank0_checkpoint(1, state, before_commit=crash) as other:
         assert other is None, "other ranks write nothing, so their hook never runs"
 
@@ -107,7 +121,7 @@ def test_save_wait_times_both_ways_and_leaves_nothing_behind(tmp_path):
     assert list(tmp_path.iterdir()) == []  # the copies are removed
 
 
-def test_rank0_snapshot_uploads_the_state_as_it_was_at_report_time(monkeypatch):
+def test_rank0_snapshot_uploads_the_state_as_it_was_at_report_time(monkeypatch, temp_root):
     import types
 
     import ray.train
@@ -128,6 +142,19 @@ def test_rank0_snapshot_uploads_the_state_as_it_was_at_report_time(monkeypatch):
     assert persisted == ["checkpoint_000001"]
     assert torch.equal(checkpoints.load_state(uploaded.path)["model"]["w"], torch.zeros(3))
     assert checkpoints.rank0_snapshot(1, {"model": {}}) == (None, None)  # other ranks attach nothing
+
+
+def test_a_snapshot_whose_write_fails_leaves_no_folder(temp_root):
+    def crash():
+        raise RuntimeError("died while writing")
+
+    checkpoint, write_then_upload = checkpoints.rank0_snapshot(
+        0, {"model": {}, "history": []}, before_commit=crash
+    )
+    assert Path(checkpoint.path).parent == temp_root
+    with pytest.raises(RuntimeError, match="died while writing"):
+        write_then_upload(checkpoint, "checkpoint_000001")
+    assert list(temp_root.iterdir()) == [], "Ray removes an uploaded folder; one that never uploads is ours"
 
 
 def test_orphaned_temp_dirs_of_dead_processes_are_swept_and_nothing_else(tmp_path):

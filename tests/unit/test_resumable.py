@@ -44,6 +44,11 @@ class FakeRay:
             kept = self.tmp_path / f"checkpoint_{len(self.kept)}"
             shutil.copytree(checkpoint.path, kept)
             self.kept.append(kept)
+            if checkpoint_upload_mode is not None:
+                # Ray deletes an asynchronous upload's local folder once it is in storage
+                # (CheckpointUploadMode.default_delete_local_checkpoint_after_upload)
+                assert checkpoint_upload_mode.default_delete_local_checkpoint_after_upload()
+                shutil.rmtree(checkpoint.path)
         self.reports.append({"metrics": metrics, "mode": checkpoint_upload_mode})
 
     def get_checkpoint(self):
