@@ -82,6 +82,24 @@ RAYLET_WORKERS_WARNING = "worker processes have been started on node"
 ACTOR_ARGS_RESTART_WARNING = "has constructor arguments in the object store and max_restarts > 0"
 
 
+# The raylet's disk guard (src/ray/common/file_system_monitor.cc, RayConfig local_fs_capacity_threshold):
+# once the disk that holds a node's session folder (where it spills objects) is more than this share
+# used, the node refuses to spill and logs "<folder> is over 95% full ..." at ERROR every 10 s, which
+# reaches every driver's cell. Like every RayConfig entry the raylet reads RAY_<name> from its
+# environment when it starts. No public setting: Ray's docs dropped it. Checked on Ray 2.60.0.
+DISK_THRESHOLD_ENV = "RAY_local_fs_capacity_threshold"
+DISK_THRESHOLD_DEFAULT = 0.95
+DISK_FULL_LINE = "% full, available space:"
+
+
+def default_temp_dir() -> str:
+    """The folder a local ``ray.init`` puts its session under (``/tmp/ray``, or ``$RAY_TMPDIR/ray``),
+    as Ray decides it (``ray._common.utils.get_default_ray_temp_dir``). Checked on Ray 2.60.0."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return get_default_ray_temp_dir()
+
+
 def driver_log_prefix() -> str:
     """How Ray names a driver's own log file in the session's ``logs`` folder:
     ``<prefix>-<worker id>_<pid>.log`` (``ray_constants.PROCESS_TYPE_PYTHON_CORE_WORKER_DRIVER``).

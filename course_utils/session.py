@@ -53,6 +53,54 @@ SMOKE_ENV = {
 RAYLET_ENV = {"RAY_verbose_spill_logs": "0"}
 
 
+# Ray's disk guard marks a node out of disk once the disk that holds its session folder is 95% used
+# (rayinternals.DISK_THRESHOLD_DEFAULT): it refuses to spill objects and prints an error into every
+# cell, every 10 s. On a large disk 95% still leaves many gigabytes, and the course's runs write far
+# less (checkpoints and data copies: ≈ 2 GB after every lesson here). So a local Ray the course starts
+# keeps this much free instead, and the learner reads why, once (disk_guard).
+DISK_HEADROOM_BYTES = 3 * 2**30
+
+
+def disk_guard(
+    temp_dir: str | Path, headroom: int = DISK_HEADROOM_BYTES
+) -> tuple[dict[str, str], str | None]:
+    """(raylet settings, note for the learner) for a local Ray whose session folder is under ``temp_dir``.
+
+    Nothing when the disk is below Ray's 95% or the learner set Ray's threshold. Over it, with at
+    least ``headroom`` free, the threshold that keeps ``headroom`` free; with less, Ray's own guard
+    stays and the note says to free space first.
+    """
+    import shutil
+
+    from course_utils import rayinternals
+
+    if rayinternals.DISK_THRESHOLD_ENV in os.environ:
+        return {}, None
+    folder = Path(temp_dir)
+    while not folder.exists():
+        folder = folder.parent
+    usage = shutil.disk_usage(folder)
+    used, limit = 1 - usage.free / usage.total, rayinternals.DISK_THRESHOLD_DEFAULT
+    if used < limit:
+        return {}, None
+
+    def gib(size: float) -> str:
+        return f"{size / 2**30:.1f} GB"
+
+    where = (
+        f"Note: the disk that holds Ray's session folder ({temp_dir}) is {used:.1%} full, "
+        f"{gib(usage.free)} free of {gib(usage.total)}. Above {limit:.0%}, Ray refuses to spill objects "
+        "to disk and prints an error every 10 s."
+    )
+    if usage.free < headroom:
+        return {}, f"{where} The lessons write up to {gib(headroom)}: free some space on that disk first."
+    threshold = f"{1 - headroom / usage.total:.4f}"
+    return {rayinternals.DISK_THRESHOLD_ENV: threshold}, (
+        f"{where} This local Ray keeps the last {gib(headroom)} free instead "
+        f"({rayinternals.DISK_THRESHOLD_ENV}={threshold}); free some space when you can."
+    )
+
+
 class ResourceError(ValueError):
     """A run asks for more than the cluster has; raised before any training starts."""
 
@@ -177,7 +225,10 @@ def start_ray(
                 # notebook's, which a worker (started in Ray's session folder) cannot guess.
                 os.environ.setdefault("COURSE_DATA", str(config.data_root()))
                 os.environ.setdefault("COURSE_STORAGE", config.storage_root())
-            for key, value in RAYLET_ENV.items():
+            guard, note = disk_guard(init_kwargs.get("_temp_dir") or rayinternals.default_temp_dir())
+            if note:
+                print(note)
+            for key, value in dict(RAYLET_ENV, **guard).items():
                 os.environ.setdefault(key, value)  # the raylet this ray.init starts reads it
             cpus = num_cpus or max(os.cpu_count() or 1, LOCAL_MIN_CPUS)
             init_kwargs.setdefault("dashboard_host", "127.0.0.1")

@@ -101,6 +101,8 @@ class LocalCluster:
             # The raylet's "Spilled N MiB ..." line reaches every driver as red output (lesson 03's shuffle
             # spills on a small node); the spilling itself is in the node's logs. A host does the same.
             **session.RAYLET_ENV,
+            # A disk over Ray's 95% (a shared CI machine's) would put an error line into every cell.
+            **session.disk_guard(temp_dir)[0],
         }
         if spec.num_gpus is not None:
             # A declared count is checked against CUDA_VISIBLE_DEVICES when it is set ("Attempting to

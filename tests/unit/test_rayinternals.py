@@ -20,7 +20,7 @@ import pytest
 from course_utils import rayinternals
 
 ROOT = Path(__file__).resolve().parents[2]
-PRIVATE = re.compile(r"ray\._private|_internal")
+PRIVATE = re.compile(r"ray\._private|ray\._common|_internal")
 SEE = "see course_utils/rayinternals.py"
 
 
@@ -236,3 +236,16 @@ def test_the_driver_failure_signal_handler_switch():
     assert b"RAY_DISABLE_FAILURE_SIGNAL_HANDLER" in raylet_so.read_bytes(), (
         f"the core worker no longer reads the switch in Ray {_version()} (quiet_driver_stop_stack): {SEE}"
     )
+
+
+def test_the_raylets_disk_guard_setting_and_its_line(monkeypatch, tmp_path):
+    import ray
+
+    raylet = (Path(ray.__file__).parent / "core" / "src" / "ray" / "raylet" / "raylet").read_bytes()
+    name = rayinternals.DISK_THRESHOLD_ENV.removeprefix("RAY_").encode()
+    assert name in raylet, f"the raylet no longer has the {name!r} setting in Ray {_version()}: {SEE}"
+    assert rayinternals.DISK_FULL_LINE.encode() in raylet, (
+        f"the raylet's disk-full line was reworded in Ray {_version()}: {SEE}"
+    )
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    assert rayinternals.default_temp_dir() == str(tmp_path / "ray"), f"moved in Ray {_version()}: {SEE}"

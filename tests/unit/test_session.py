@@ -302,3 +302,51 @@ def test_cpu_split_says_what_the_training_workers_take(config, slots, left, word
     got_left, sentence = session.cpu_split(config, cpu_slots=slots)
     assert got_left == left and words in sentence, sentence
     assert "training workers 0" not in sentence
+
+
+GIB = 2**30
+
+
+@pytest.fixture
+def disk(monkeypatch):
+    """A disk of 100 GiB whose free space the test sets; no threshold of the learner's."""
+    import collections
+    import shutil
+
+    from course_utils import rayinternals
+
+    monkeypatch.delenv(rayinternals.DISK_THRESHOLD_ENV, raising=False)
+    usage = collections.namedtuple("usage", "total used free")
+    state = {"free": 50 * GIB}
+    monkeypatch.setattr(
+        shutil, "disk_usage", lambda path: usage(100 * GIB, 100 * GIB - state["free"], state["free"])
+    )
+    return state
+
+
+def test_a_disk_under_rays_limit_changes_nothing(disk, tmp_path):
+    disk["free"] = 6 * GIB  # 94% used
+    assert session.disk_guard(tmp_path / "ray") == ({}, None)
+
+
+def test_a_disk_over_rays_limit_with_room_keeps_the_headroom_and_says_so(disk, tmp_path):
+    from course_utils import rayinternals
+
+    disk["free"] = 4 * GIB  # 96% used, more than the 3 GiB the course keeps
+    guard, note = session.disk_guard(tmp_path / "ray" / "not-yet")
+    assert guard == {rayinternals.DISK_THRESHOLD_ENV: "0.9700"}  # stops at 3 GiB free
+    assert "96.0% full, 4.0 GB free of 100.0 GB" in note and "keeps the last 3.0 GB free" in note
+
+
+def test_a_disk_with_less_than_the_headroom_keeps_rays_guard_and_says_free_space(disk, tmp_path):
+    disk["free"] = 1 * GIB
+    guard, note = session.disk_guard(tmp_path)
+    assert guard == {} and "99.0% full" in note and "free some space on that disk first" in note
+
+
+def test_the_learners_own_threshold_wins(disk, tmp_path, monkeypatch):
+    from course_utils import rayinternals
+
+    disk["free"] = 4 * GIB
+    monkeypatch.setenv(rayinternals.DISK_THRESHOLD_ENV, "0.95")
+    assert session.disk_guard(tmp_path) == ({}, None)
