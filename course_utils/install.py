@@ -10,8 +10,9 @@ links above it, are written into every lesson from pyproject.toml's ``[tool.cour
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from typing import Any
 
 KEPT = ("torch", "torchvision")  # the runtime's own, when within pyproject.toml's ranges
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")  # pip colours its warnings
@@ -22,28 +23,35 @@ def normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def installed_summary(before: Mapping[str, str], seconds: float, pip_stderr: str = "") -> str:
-    """One line after the install cell's pip run: the course's version, how many packages came or
-    changed (Ray's version among them), whether the runtime's torch and torchvision stayed, and how
-    long it took; pip's warnings (kept from a successful run) are counted, with the first one."""
-    from importlib.metadata import distributions, version
+def installed_summary(pip_run: Any) -> str:
+    """One line after the install cell's pip run (a ``subprocess.CompletedProcess`` of ``pip install
+    --report=-``, bytes): the course's version, how many packages came (Ray's version among them),
+    whether the runtime's torch and torchvision stayed; what pip said on stderr is counted, with its
+    first line. pip's JSON report lists what it installed, so nothing is compared before and after."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    was = {normalise(name): ver for name, ver in before.items()}
-    now = {normalise(d.name): d.version for d in distributions()}
-    changed = sorted(name for name, ver in now.items() if was.get(name) != ver and name != "course-utils")
+    report = json.loads(pip_run.stdout or b"{}")
+    came = {
+        normalise(item["metadata"]["name"]): item["metadata"]["version"] for item in report.get("install", [])
+    }
+    others = sorted(name for name in came if name != "course-utils")
+    ray = came.get("ray") or version("ray")
     parts = [
-        f"Installed course_utils {version('course_utils')} with {len(changed)} package(s) it needs "
-        f"(ray {now.get('ray', 'missing')}) in {seconds:.0f} s"
+        f"Installed course_utils {version('course_utils')} with {len(others)} package(s) it needs (ray {ray})"
     ]
-    kept = [f"{name} {was[name]}" for name in KEPT if name in was and now.get(name) == was[name]]
-    if kept:
-        parts.append(f"kept this runtime's {' and '.join(kept)}")
+    kept = []
     for name in KEPT:
-        if name in was and now.get(name) != was[name]:
-            parts.append(
-                f"replaced this runtime's {name} {was[name]} with {now.get(name)} (outside the course's range)"
-            )
-    warnings = [_ANSI.sub("", line).strip() for line in pip_stderr.splitlines() if line.strip()]
-    if warnings:
-        parts.append(f"pip warned ({len(warnings)} line(s)), first: {warnings[0]}")
+        if name in came:
+            parts.append(f"installed {name} {came[name]} (this runtime had none in the course's range)")
+            continue
+        try:
+            kept.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            pass
+    if kept:
+        parts.insert(1, f"kept this runtime's {' and '.join(kept)}")
+    said = _ANSI.sub("", (pip_run.stderr or b"").decode(errors="replace"))
+    lines = [line.strip() for line in said.splitlines() if line.strip()]
+    if lines:
+        parts.append(f"pip said {len(lines)} line(s) on stderr, first: {lines[0]}")
     return "; ".join(parts) + "."

@@ -63,32 +63,22 @@ def publication(pyproject: Path = REPO_ROOT / "pyproject.toml") -> Publication:
 
 
 def install_cell(pub: Publication) -> str:
-    """The source of every lesson's first code cell: the same text in each lesson."""
+    """The source of every lesson's first code cell: the same text in each lesson, 8 lines of code.
+
+    pip's ``--report=-`` (its JSON on stdout) says what came; ``-qq`` keeps its warnings to itself
+    (on Colab, which runs as root: "Running pip as the 'root' user"), its errors still come, and
+    ``installed_summary`` counts them into its one line."""
     return f'''\
-# Colab, or this notebook on its own: install the course's packages first (a minute
-# or two). In a clone of the course set up with ./build.sh, course_utils is there:
-# this does nothing.
-import importlib.util
+# Colab, or this lesson alone: install the course first (./build.sh set up a clone)
+import importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("course_utils") is None:
-    import importlib, os, subprocess, sys, time
-    from importlib.metadata import distributions
-
-    before = {{d.name: d.version for d in distributions()}}
-    started = time.monotonic()
-    # The course from the branch this lesson comes from; {SOURCE_ENV} names
-    # another (a fork, a wheel).
     github = "{pub.source()}"
-    source = os.environ.get("{SOURCE_ENV}", github)
-    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
-    pip += ["--root-user-action=ignore", f"course_utils @ {{source}}"]
-    done = subprocess.run(pip, capture_output=True, text=True)
-    if done.returncode:
-        raise RuntimeError(f"pip could not install {{source}}:\\n{{done.stderr}}")
-    importlib.invalidate_caches()
-    from course_utils.install import installed_summary
-
-    print(installed_summary(before, time.monotonic() - started, done.stderr))'''
+    source = os.getenv("{SOURCE_ENV}", github)  # or another branch, a fork, a wheel
+    pip = [sys.executable, "-m", "pip", "install", "-qq", "--report=-"]
+    ran = subprocess.run([*pip, f"course_utils @ {{source}}"], capture_output=True)
+    assert not ran.returncode, f"pip could not install {{source}}:\\n{{ran.stderr.decode()}}"
+    print(importlib.import_module("course_utils.install").installed_summary(ran))'''
 
 
 def _source_lines(text: str) -> list[str]:

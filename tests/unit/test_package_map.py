@@ -27,6 +27,15 @@ def lesson_modules(notebook) -> set[str]:
                 name = f"{parent}.{alias.name}" if parent else alias.name
                 is_module = (PACKAGE / (name.replace(".", "/") + ".py")).exists()
                 found.add(name if is_module else parent)
+        # the install cell's importlib.import_module("course_utils.install")
+        if (
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and str(node.args[0].value).startswith("course_utils.")
+        ):
+            found.add(node.args[0].value.removeprefix("course_utils."))
     return found
 
 
