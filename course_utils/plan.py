@@ -28,7 +28,7 @@ from course_utils.config import Profile
 LESSONS = ("01", "02", "03", "04")
 
 # Lesson 04's failure demos: room for a crash inside an epoch (section 03 crashes at step 2)
-# and for a mid-epoch checkpoint before the SIGKILL (section 07 checkpoints
+# and for a mid-epoch checkpoint before the SIGKILL (section 12 checkpoints
 # every 4 steps and kills at step steps - 3, one step past the checkpoint at step 4). They are
 # about failures, not accuracy, and every step costs time (an all-reduce of 11 M parameters on
 # CPU), so an epoch has no more steps than the demos need.

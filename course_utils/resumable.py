@@ -2,7 +2,7 @@
 
 Lesson 04 writes both of its loops in #@save cells (``course_utils.lesson_code``):
 ``train_loop_resumable`` (section 03) continues from ``ray.train.get_checkpoint()`` at the next
-epoch; ``train_loop_mid_epoch`` (section 07) checkpoints every few steps with the iterator position
+epoch; ``train_loop_mid_epoch`` (section 12) checkpoints every few steps with the iterator position
 of a ``torchdata`` ``StatefulDataLoader``, so a restarted worker group continues at the exact
 next batch. Ray Data's iterator-state resumption is not in open-source Ray;
 the DataLoader path is; ``maintainer_tools.bench.recovery`` times it. ``RunRecord`` is the mid-epoch

@@ -76,10 +76,10 @@ REPORT_DUMP = "TrainingReport("  # Ray Train's INFO line for every report of eve
 FAILURES_ON_PURPOSE: dict[str, tuple[str, ...]] = {
     "04_fault_tolerance.ipynb": (
         "# 03. Automatic retries: a rank crashes mid-epoch",
-        "# 07. A worker killed from outside, resumed at the exact batch",
-        "# 08. Elastic training: the part you would write on a real cluster",
-        "# 09. Troubleshooting: a hang when one rank skips report",
-        "# 14. Exercise 4: count steps across a restart",  # the check crashes the learner's loop once
+        "# 12. A worker killed from outside, resumed at the exact batch",
+        "# 13. Elastic training: the part you would write on a real cluster",
+        "# 14. Troubleshooting: a hang when one rank skips report",
+        "# 11. Exercise 4: count steps across a restart",  # the check crashes the learner's loop once
     ),
 }
 
@@ -326,20 +326,20 @@ _A_WORKER_DIES = (*_A_RANK_RAISES, GRACEFUL_SHUTDOWN, ACTOR_DIED)  # the process
 RED_LINES: dict[str, dict[str, tuple[RedLine, ...]]] = {
     "04_fault_tolerance.ipynb": {
         "# 03. Automatic retries: a rank crashes mid-epoch": (*_A_RANK_RAISES, INJECTED),
-        "# 07. A worker killed from outside, resumed at the exact batch": (*_A_WORKER_DIES, OOM_GUESS),
-        "# 08. Elastic training: the part you would write on a real cluster": (
+        "# 12. A worker killed from outside, resumed at the exact batch": (*_A_WORKER_DIES, OOM_GUESS),
+        "# 13. Elastic training: the part you would write on a real cluster": (
             *_A_WORKER_DIES,
             NODE_DIED,
             STARTUP_TIMEOUT,
         ),
-        "# 09. Troubleshooting: a hang when one rank skips report": (
+        "# 14. Troubleshooting: a hang when one rank skips report": (
             TRACEBACK_FRAMES,
             DEDUP_NOTICE,
             RANK_ERROR,
             BARRIER_WARNING,
             COLLECTIVE_TIMEOUT,
         ),
-        "# 14. Exercise 4: count steps across a restart": (*_A_RANK_RAISES, CHECK_CRASH),
+        "# 11. Exercise 4: count steps across a restart": (*_A_RANK_RAISES, CHECK_CRASH),
     },
 }
 

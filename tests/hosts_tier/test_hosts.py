@@ -195,8 +195,8 @@ def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
         return out
 
     ranks_02 = {rank: min(ips) for rank, ips in ranks_of("02", "lesson02-resnet18").items()}
-    killed_04 = ranks_of("04", "lesson04-mid-epoch").get(1, set())  # the rank section 07 SIGKILLs
-    hung_04 = set().union(*ranks_of("04", "lesson04-hang").values())  # section 09's stacks
+    killed_04 = ranks_of("04", "lesson04-mid-epoch").get(1, set())  # the rank section 12 SIGKILLs
+    hung_04 = set().union(*ranks_of("04", "lesson04-hang").values())  # section 14's stacks
     train_02 = hosts_of(where["actors"], "02", lambda a: a["class"] == "RayTrainWorker")
     train_03 = hosts_of(where["actors"], "03", lambda a: a["class"] == "RayTrainWorker")
     reads_03 = hosts_of(where["tasks"], "03", lambda t: t["name"].startswith("Read"))

@@ -194,7 +194,7 @@ def test_stateful_loader_resumes_at_the_exact_batch():
         from torch.utils.data import DistributedSampler
         from torchdata.stateful_dataloader import StatefulDataLoader
 
-        recorder = resumable.IndexRecorder(dataset)  # lesson 04's mid-epoch loader, as section 07 builds it
+        recorder = resumable.IndexRecorder(dataset)  # lesson 04's mid-epoch loader, as section 12 builds it
         sampler = DistributedSampler(recorder, num_replicas=2, rank=1, shuffle=True, seed=0)
         loader = StatefulDataLoader(recorder, batch_size=4, sampler=sampler)
         loader.sampler.set_epoch(3)

@@ -36,7 +36,7 @@ TEACHES = {
         "load_state_dict",
         "start_epoch",
         "faults.inject(",
-        "loader.state_dict()",  # section 07: the mid-epoch loop saves and restores its place
+        "loader.state_dict()",  # section 12: the mid-epoch loop saves and restores its place
         "loader.load_state_dict(",
     ],
 }

@@ -45,8 +45,8 @@ def test_alarming_output_flags_tracebacks_and_report_dumps_unless_on_purpose():
 
 LESSON_04 = "04_fault_tolerance.ipynb"
 RETRIES = "# 03. Automatic retries: a rank crashes mid-epoch"
-SIGKILL = "# 07. A worker killed from outside, resumed at the exact batch"
-EXERCISE = "# 14. Exercise 4: count steps across a restart"
+SIGKILL = "# 12. A worker killed from outside, resumed at the exact batch"
+EXERCISE = "# 11. Exercise 4: count steps across a restart"
 ANNOUNCE = "## 03 · Automatic retries\n\n**Red output ahead, expected:** rank 1's planted crash."
 EXPLAIN_03 = (
     "**The red lines above.** `Error in training function:` and a traceback ending in `InjectedFault`; gloo's "

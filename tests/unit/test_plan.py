@@ -177,7 +177,7 @@ def test_lesson_04_says_how_and_why_its_demos_run(gpus, count):
 
 @pytest.mark.parametrize("count", [0, 1, 4])
 def test_lesson_04_fault_steps_leave_room_for_the_demos(gpus, count):
-    """Section 03 crashes at step 2, section 07 SIGKILLs at steps - 3 after checkpoints every 4
+    """Section 03 crashes at step 2, section 12 SIGKILLs at steps - 3 after checkpoints every 4
     steps: both inside the epoch, with a mid-epoch checkpoint before the kill."""
     gpus(count)
     for sizes in (FULL_MNIST, OFFLINE):

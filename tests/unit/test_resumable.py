@@ -1,4 +1,4 @@
-"""Lesson 04's mid-epoch loop (``train_loop_mid_epoch``, written in section 07's #@save cell) and its
+"""Lesson 04's mid-epoch loop (``train_loop_mid_epoch``, written in section 12's #@save cell) and its
 bookkeeping (``resumable.RunRecord``), run without a Ray cluster: Ray Train's calls are stand-ins that
 keep what a real run would upload and hand back; the training, the checkpoints and the faults are
 real. ``tests/integration/test_fault_tolerance.py`` runs the loop under Ray with two workers."""
