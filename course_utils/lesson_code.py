@@ -96,8 +96,8 @@ def train_loop_per_worker(config: dict) -> None:
             )
 
 
-# From 03_ray_data_integration.ipynb, cell 22:
-# '# 10. The training loop on a dataset shard'.
+# From 03_ray_data_integration.ipynb, cell 16:
+# '# 07. The training loop on a dataset shard'.
 def train_loop_ray_data(config: dict) -> None:
     """Lesson 02's loop, its training batches streamed from this worker's shard."""
     # who am I: this worker's rank, and how many workers there are
@@ -238,7 +238,7 @@ def train_loop_resumable(config: dict) -> None:
         )
         # which attempt trained this epoch: 0 = the fresh start
         metrics["start_epoch"] = start_epoch
-        # the batch each worker trained with: section 08 changes the number of workers
+        # the batch each worker trained with: section 13 changes the number of workers
         metrics["per_worker_batch"] = batch
         history.append(metrics)
         # Every rank reports (report is a barrier); only rank 0 attaches a checkpoint.
@@ -254,8 +254,8 @@ def train_loop_resumable(config: dict) -> None:
             )
 
 
-# From 04_fault_tolerance.ipynb, cell 19:
-# '# 07. A loop that saves mid-epoch'.
+# From 04_fault_tolerance.ipynb, cell 30:
+# '# 12. A loop that saves mid-epoch'.
 def train_loop_mid_epoch(config: dict) -> None:
     """Section 03's loop, saving every config["checkpoint_every"] steps with the
     loader's place in the epoch: a restart continues at the next batch."""
