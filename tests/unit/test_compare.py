@@ -47,3 +47,36 @@ def test_looking_for_lesson_01_creates_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "storage"))
     assert compare.lesson01_history() is None
     assert not (tmp_path / "storage").exists(), "reading lesson 01's metrics must not create folders"
+
+
+def _run(*rates, workers=2):
+    return pd.DataFrame({"epoch": range(len(rates)), "images_per_s": rates, "world_size": workers})
+
+
+def test_lesson_03_beside_lesson_02_says_when_the_data_is_not_the_bottleneck():
+    lines = compare.against_lesson02(_history(200, 300, 310), _run(250, 290, 300), what="lesson 03's fit")
+    assert lines[0] == (
+        "Lesson 02's fit, fed by a PyTorch DataLoader (2 worker(s)), trained 295 images/s; lesson 03's fit "
+        "trained 305 images/s: 1.03x."
+    )
+    assert lines[1].startswith("Within 10% of each other: the training step, not the data, sets the pace")
+
+
+def test_a_clear_difference_is_not_explained_away_and_no_run_says_how():
+    assert len(compare.against_lesson02(_history(500, 600), _run(250, 300))) == 1
+    assert compare.against_lesson02(_history(300), None) == [
+        "Run lesson 02 with this storage to see this run beside its DataLoader-fed fit."
+    ]
+
+
+def test_lesson_02s_run_is_read_from_the_learners_storage(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "storage"))
+    monkeypatch.setenv("COURSE_LEARNER", "tester")
+    assert compare.lesson02_history() is None
+    from course_utils import history, storage
+
+    fs, folder = history.run_folder(*storage.ray_storage(), storage.LESSON02_RUN)
+    fs.create_dir(folder, recursive=True)
+    with fs.open_output_stream(f"{folder}/{history.REPORT_LOG}") as stream:
+        stream.write(b'[{"epoch": 0, "images_per_s": 290.0, "world_size": 2}]')
+    assert compare.lesson02_history()["images_per_s"].tolist() == [290.0]
