@@ -109,8 +109,14 @@ def summary_note():
 
 
 def pytest_collection_modifyitems(items) -> None:
-    # The site is built from the lessons this run executed (build/tests/lessons): its test goes last.
-    items.sort(key=lambda item: item.get_closest_marker("site") is not None)
+    # The reading count and the site read the lessons this run executed (build/tests/lessons): they go
+    # after everything else, the site last.
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("site") is not None,
+            item.get_closest_marker("executed") is not None,
+        )
+    )
     for item in items:
         for marker in item.iter_markers("path"):
             _paths[marker.args[0]].append(item.nodeid)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -35,35 +36,83 @@ def lessons(selected: list[str] | None = None, root: Path = REPO_ROOT) -> list[P
 
 
 # How long a lesson takes to read (README's learning path; CONTRIBUTING.md, "The learning path's minutes"):
-# its prose at 200 words a minute and its code at 75 names and numbers a minute (``\w+``: a line
-# of lesson code holds about 7, so about 10 lines), main path and Going further alike. Code is
-# counted in names, not lines, so that wrapping a long line does not make it slower to read.
+# its prose at 200 words a minute, its code at 75 names and numbers a minute (``\w+``: a line of lesson
+# code holds about 7, so about 10 lines; counted in names so that wrapping a line changes nothing), and
+# what its cells print at 20 lines a minute. Code a cell prints (``show_source``, ``show_changes``) is code.
 PROSE_WORDS_PER_MIN = 200
 CODE_WORDS_PER_MIN = 75
+PRINTED_LINES_PER_MIN = 20
+# The longest main path a half-day workshop has room for (exercises and Going further come after it).
+MAIN_PATH_LIMIT_MIN = 35
 
 
 def prose_words(markdown: str) -> int:
     """Words a learner reads in a markdown cell: fenced code is not prose, everything else is."""
-    import re
-
     return len(re.findall(r"\S+", re.sub(r"```.*?```", " ", markdown, flags=re.DOTALL)))
 
 
-def reading_minutes(notebook: Path) -> int:
-    """Minutes to read ``notebook`` (its markdown words and the names and numbers of its code, at
-    the rates above), rounded to the nearest 5 (at least 5): a reader's pace varies more than that."""
-    import json
-    import re
+# A lesson's main path ends at its first heading that opens the exercises or the optional depth.
+PART_HEADING = re.compile(r"^#+ .*(?:Going further|Exercise)", re.IGNORECASE | re.MULTILINE)
+FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
-    words = code_words = 0
-    for cell in json.loads(Path(notebook).read_text())["cells"]:
+
+@dataclass
+class Reading:
+    """What a learner reads in part of an executed lesson: prose words, code names, printed lines."""
+
+    words: int = 0
+    names: int = 0
+    lines: int = 0
+
+    def add_markdown(self, text: str) -> None:
+        """Prose words, and the names of any fenced code in it (``show_source``, a sketch)."""
+        self.words += prose_words(text)
+        self.names += sum(len(re.findall(r"\w+", block)) for block in FENCED.findall(text))
+
+    @property
+    def minutes(self) -> float:
+        return (
+            self.words / PROSE_WORDS_PER_MIN
+            + self.names / CODE_WORDS_PER_MIN
+            + self.lines / PRINTED_LINES_PER_MIN
+        )
+
+
+def _printed(output: dict[str, Any], into: Reading) -> None:
+    """Add one cell output to ``into``: markdown as read (code shown as code), else its printed lines."""
+    data = output.get("data", {})
+    if "text/markdown" in data:
+        into.add_markdown("".join(data["text/markdown"]))
+        return
+    if output.get("output_type") == "stream":
+        text = "".join(output.get("text", ""))
+    elif output.get("output_type") == "error":
+        text = "\n".join(output.get("traceback", []))
+    elif "image/png" in data or "application/vnd.jupyter.widget-view+json" in data:
+        return  # a plot or a bar is looked at, not read line by line
+    else:
+        text = "".join(data.get("text/plain", ""))
+    into.lines += sum(1 for line in ANSI.sub("", text).replace("\r", "\n").splitlines() if line.strip())
+
+
+def reading_parts(executed: Path) -> tuple[Reading, Reading]:
+    """(main path, the rest) of an executed lesson, as a learner reads them: prose at 200 words, code at
+    75 names (its source, and what ``show_source``/``show_changes`` print), printed lines at 20 a minute.
+    The main path is everything before the first "Exercise" or "Going further" heading."""
+    main, rest = Reading(), Reading()
+    part = main
+    for cell in json.loads(Path(executed).read_text())["cells"]:
         text = "".join(cell["source"])
         if cell["cell_type"] == "markdown":
-            words += prose_words(text)
+            if PART_HEADING.search(text):
+                part = rest
+            part.add_markdown(text)
         elif cell["cell_type"] == "code":
-            code_words += len(re.findall(r"\w+", text))
-    minutes = words / PROSE_WORDS_PER_MIN + code_words / CODE_WORDS_PER_MIN
-    return max(5, 5 * round(minutes / 5))
+            part.names += len(re.findall(r"\w+", text))
+            for output in cell.get("outputs", []):
+                _printed(output, part)
+    return main, rest
 
 
 class LessonFailed(RuntimeError):

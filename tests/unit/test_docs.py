@@ -13,7 +13,7 @@ import pytest
 from course_utils.config import REPO_ROOT
 from maintainer_tools.bench import report
 from maintainer_tools.bench.common import COMMANDS
-from maintainer_tools.run_course import reading_minutes
+from maintainer_tools.run_course import MAIN_PATH_LIMIT_MIN
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"
@@ -66,13 +66,12 @@ def test_readme_gives_the_learning_path_and_links_every_document():
         f"notebooks/{n}" for n in lessons
     ]
     for row, lesson in zip(rows, lessons, strict=True):
-        what, minutes, read = (cell.strip() for cell in row.strip("|").split("|")[1:4])
+        what, minutes, main, rest = (cell.strip() for cell in row.strip("|").split("|")[1:5])
         assert len(words(what)) <= 20, f"learning path: {what!r} is over 20 words"
         assert float(minutes) > 0
-        # one rule for every lesson's reading time (maintainer_tools.run_course.reading_minutes, CONTRIBUTING.md)
-        expected = reading_minutes(REPO_ROOT / "notebooks" / lesson)
-        assert int(read) == expected, (
-            f"{lesson}: README says {read} reading minutes, the rule gives {expected}"
+        # reading minutes: counted on executed lessons by one rule (tests/executed/test_reading_time.py)
+        assert 0 < int(main) <= MAIN_PATH_LIMIT_MIN and int(rest) > 0, (
+            f"{lesson}: {main} + {rest} reading minutes"
         )
     for target in [*(f"docs/{name}" for name in READERS), "CONTRIBUTING.md", "CHANGELOG.md", "LICENSE"]:
         assert f"]({target})" in text, f"README.md does not link {target}"

@@ -91,17 +91,47 @@ def test_one_line(text, expected):
     assert run_course.one_line(text) == expected
 
 
-def test_reading_minutes_count_code_by_names_so_wrapping_changes_nothing(tmp_path):
-    def notebook(code: str) -> Path:
-        path = tmp_path / f"{len(code)}.ipynb"
-        cells = [{"cell_type": "markdown", "source": "word " * 1000}]
-        cells += [{"cell_type": "code", "source": code}] * 40
-        path.write_text(json.dumps({"cells": cells}))
-        return path
+def _executed(tmp_path: Path, cells: list[dict]) -> Path:
+    path = tmp_path / f"{len(list(tmp_path.iterdir()))}.ipynb"
+    path.write_text(json.dumps({"cells": cells}))
+    return path
 
+
+def _md(text: str) -> dict:
+    return {"cell_type": "markdown", "source": text}
+
+
+def _code(text: str, *outputs: dict) -> dict:
+    return {"cell_type": "code", "source": text, "outputs": list(outputs)}
+
+
+def test_reading_counts_code_by_names_so_wrapping_changes_nothing(tmp_path):
     one_line = "metrics = epoch_metrics(model, test_loader, device, epoch, train_loss, images, seconds)\n"
     wrapped = "metrics = epoch_metrics(\n    model,\n    test_loader,\n    device,\n    epoch,\n"
     wrapped += "    train_loss,\n    images,\n    seconds,\n)\n"
-    # 1,000 prose words (5 min) and 40 x 9 names (4.8 min): 10 either way
-    assert run_course.reading_minutes(notebook(one_line)) == 10
-    assert run_course.reading_minutes(notebook(wrapped)) == 10
+    # 1,000 prose words (5 min) and 75 x 9 names (9 min) either way
+    for code in (one_line, wrapped):
+        main, rest = run_course.reading_parts(_executed(tmp_path, [_md("word " * 1000)] + [_code(code)] * 75))
+        assert (main.words, main.names, round(main.minutes, 6), rest.minutes) == (1000, 675, 14.0, 0)
+
+
+def test_reading_splits_at_the_first_exercise_or_going_further_heading_and_reads_outputs(tmp_path):
+    printed = {"output_type": "stream", "name": "stdout", "text": "epoch 0\n\x1b[31mred\x1b[0m\n\n"}
+    shown = {  # show_changes: a diff, read as code
+        "output_type": "display_data",
+        "data": {"text/markdown": "```diff\n-a = 1\n+a = 2\n```", "text/plain": "<Markdown>"},
+    }
+    plot = {"output_type": "display_data", "data": {"image/png": "...", "text/plain": "<Figure>"}}
+    table = {"output_type": "execute_result", "data": {"text/plain": "   a\n0  1\n1  2"}}
+    error = {"output_type": "error", "traceback": ["Traceback", "  line", "ValueError: x"]}
+    cells = [
+        _md("# Lesson\n\nTwo words.\n\n```python\nx = f(y)\n```"),
+        _code("x = 1", printed, shown, plot, table, error),
+        _md("## 07 · Exercise 1: retry twice"),
+        _code("my = ..."),
+        _md("## 12 · Going further: more"),
+    ]
+    main, rest = run_course.reading_parts(_executed(tmp_path, cells))
+    # prose: "# Lesson Two words." (4); code: x f y, x 1, a 1 a 2; lines: 2 printed + 3 of the table + 3 of the error
+    assert (main.words, main.names, main.lines) == (4, 9, 8)
+    assert (rest.words, rest.names, rest.lines) == (13, 1, 0)  # both headings, token by token; "my"
