@@ -52,7 +52,7 @@ def against_lesson01(
     rate = steady(history["images_per_s"])
     if baseline is None or baseline.empty:
         return [
-            f"{what.capitalize()} trained {rate:,.0f} images/s (all workers together). Run lesson 01 on this "
+            f"{what[:1].upper() + what[1:]} trained {rate:,.0f} images/s (all workers together). Run lesson 01 on this "
             "machine to see it beside plain PyTorch."
         ]
     plain = steady(baseline["images_per_s"])

@@ -238,7 +238,8 @@ def train_loop_resumable(config: dict) -> None:
         )
         # which attempt trained this epoch: 0 = the fresh start
         metrics["start_epoch"] = start_epoch
-        # the batch each worker trained with: section 13 changes the number of workers
+        # the batch each worker trained with: section 13 (Going further) changes the
+        # number of workers
         metrics["per_worker_batch"] = batch
         history.append(metrics)
         # Every rank reports (report is a barrier); only rank 0 attaches a checkpoint.

@@ -201,7 +201,7 @@ def _lesson04(active: Profile, real: Profile, gpus: int, train: int, test: int) 
         test_size=min(CPU_DEMO["test_size"], test),
         batch_size=CPU_DEMO["batch_size"],
     )
-    what = "03-07: rank-1 crashes, retries, restore, retention, SIGKILL of rank 1"
+    what = "03-06: rank-1 crashes, retries, restore, retention; 12: SIGKILL of rank 1"
     if active.use_gpu and gpus >= 2:
         batch = real.batch_size  # already a multiple of the GPU count
         shape = real.with_(epochs=FAULT_DEMO_EPOCHS, train_size=min(FAULT_DEMO_STEPS * batch, train))
@@ -228,13 +228,13 @@ def _lesson04(active: Profile, real: Profile, gpus: int, train: int, test: int) 
             "elastic",
             cpu.with_(epochs=ELASTIC_DEMO_EPOCHS, train_size=ELASTIC_DEMO_TRAIN_SIZE),
             elastic_why,
-            "08: a node joins, then leaves, an elastic (1, 2) run",
+            "13: a node joins, then leaves, an elastic (1, 2) run",
         ),
         "hang": Run(
             "hang",
             cpu.with_(epochs=1),
             "one rank skips report, so it needs a second",
-            "09: a rank skips report",
+            "14: a rank skips report",
             trains=False,
         ),
     }

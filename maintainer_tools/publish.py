@@ -69,7 +69,8 @@ def install_cell(pub: Publication) -> str:
     (on Colab, which runs as root: "Running pip as the 'root' user"), its errors still come, and
     ``installed_summary`` counts them into its one line."""
     return f'''\
-# Colab, or this lesson alone: install the course first (./build.sh set up a clone)
+# Colab, or this lesson on its own: installs the course, a few quiet minutes.
+# In a clone set up by ./build.sh the course is there, and this does nothing.
 import importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("course_utils") is None:
