@@ -30,7 +30,8 @@ def installed_summary(pip_run: Any) -> str:
     first line. pip's JSON report lists what it installed, so nothing is compared before and after."""
     from importlib.metadata import PackageNotFoundError, version
 
-    report = json.loads(pip_run.stdout or b"{}")
+    # in a Jupyter kernel (FORCE_COLOR=1) pip colours its JSON: read past the colour codes
+    report = json.loads(_ANSI.sub("", (pip_run.stdout or b"{}").decode()) or "{}")
     came = {
         normalise(item["metadata"]["name"]): item["metadata"]["version"] for item in report.get("install", [])
     }

@@ -65,7 +65,8 @@ def publication(pyproject: Path = REPO_ROOT / "pyproject.toml") -> Publication:
 def install_cell(pub: Publication) -> str:
     """The source of every lesson's first code cell: the same text in each lesson, 8 lines of code.
 
-    pip's ``--report=-`` (its JSON on stdout) says what came; ``-qq`` keeps its warnings to itself
+    pip's ``--report=-`` (its JSON on stdout) says what came, (coloured: ipykernel sets ``FORCE_COLOR=1``
+    for its subprocesses, which pip's JSON printer obeys over ``--no-color``; ``installed_summary`` reads past it); ``-qq`` keeps its warnings to itself
     (on Colab, which runs as root: "Running pip as the 'root' user"), its errors still come, and
     ``installed_summary`` counts them into its one line."""
     return f'''\

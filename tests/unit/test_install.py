@@ -222,3 +222,13 @@ def test_each_lesson_links_the_gpu_page_through_the_setting(lesson: Path):
         path = url.removeprefix(PUB.page_url(""))
         assert url.startswith(PUB.page_url("")), f"{lesson.name}: {url} is not built from [tool.course]"
         assert (REPO_ROOT / path).is_file(), f"{lesson.name}: {url} names no file of the repository"
+
+
+def test_the_summary_reads_a_report_pip_coloured():
+    """In a Jupyter kernel ipykernel sets FORCE_COLOR=1, and pip prints its --report=- JSON in colour."""
+    import subprocess
+
+    coloured = b'\x1b[1m{\x1b[0m\n  \x1b[1;34m"install"\x1b[0m: \x1b[1m[\x1b[0m{\x1b[1;34m"metadata"\x1b[0m: '
+    coloured += b'{"name": "ray", "version": "2.60.0"}}]}'
+    line = install.installed_summary(subprocess.CompletedProcess([], 0, coloured, b""))
+    assert "with 1 package(s) it needs (ray 2.60.0)" in line, line
