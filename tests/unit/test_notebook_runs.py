@@ -257,3 +257,22 @@ def test_the_gcs_kill_race_line_passes_only_on_the_shared_cluster_path():
         "# 07. Batch inference with Ray Data", line.replace("Socket closed", "Permission denied")
     )
     assert alarming_output(other, "05_inference.ipynb", shared_cluster=True), "another GCS error still counts"
+
+
+def test_abseils_mutex_trace_passes_only_on_the_shared_cluster_path():
+    from tests.notebook_runs import alarming_output
+
+    line = (
+        "\x1b[36m(ReadParquet->SplitBlocks(2) pid=15776, ip=10.213.200.3)\x1b[0m [mutex.cc : 452] RAW: Lock "
+        "blocking 0x55613d29fdd0   @ 0x7fd27942b1a2 0x7fd2784fb23c 0x7fd278dc2022 0x7fd27944c3b0\n"
+        "\x1b[36m(PlacementGroupCleaner pid=1)\x1b[0m [mutex.cc : 452] RAW: Unlock 0x55613d29fdd0\n"
+    )
+    nb = _stderr_notebook("# 07. Batch inference with Ray Data", line)
+    assert alarming_output(nb, "05_inference.ipynb"), "on a learner's own Ray it is a finding"
+    assert alarming_output(nb, "05_inference.ipynb", shared_cluster=True) == []
+    worse = _stderr_notebook(
+        "# 07. Batch inference with Ray Data", "[mutex.cc : 452] RAW: Check failed: deadlock\n"
+    )
+    assert alarming_output(worse, "05_inference.ipynb", shared_cluster=True), (
+        "any other Abseil line still counts"
+    )
