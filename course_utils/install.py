@@ -35,7 +35,7 @@ def installed_summary(pip_run: Any) -> str:
     came = {
         normalise(item["metadata"]["name"]): item["metadata"]["version"] for item in report.get("install", [])
     }
-    others = sorted(name for name in came if name != "course-utils")
+    others = [name for name in came if name != "course-utils"]
     ray = came.get("ray") or version("ray")
     parts = [
         f"Installed course_utils {version('course_utils')} with {len(others)} package(s) it needs (ray {ray})"

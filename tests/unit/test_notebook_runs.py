@@ -1,5 +1,7 @@
 """The check every lesson item applies to its executed output (conftest.LessonItem)."""
 
+import pytest
+
 
 def test_alarming_output_flags_tracebacks_and_report_dumps_unless_on_purpose():
     import nbformat
@@ -241,38 +243,40 @@ def test_lesson_05s_pool_warning_is_announced_and_nothing_else_passes():
     assert alarming_output(_stderr_notebook(pool, line + "ValueError: a real error\n"), "05_inference.ipynb")
 
 
-def test_the_gcs_kill_race_line_passes_only_on_the_shared_cluster_path():
+GCS_KILL_RACE = (
+    "\x1b[36m(pid=gcs_server)\x1b[0m [2026-11-26 07:56:29,478 E 24401 24401] (gcs_server) "
+    "gcs_actor_scheduler.cc:538: Failed to kill actor 26186032bfbbb2e96423cd140a000000, return status: "
+    "Invalid: KillActor RPC failed for actor 26186032bfbbb2e96423cd140a000000: RpcError: RPC error: "
+    "Socket closed rpc_code: 14\n"
+)
+ABSEIL_TRACE = (
+    "\x1b[36m(ReadParquet->SplitBlocks(2) pid=15776, ip=10.213.200.3)\x1b[0m [mutex.cc : 452] RAW: Lock "
+    "blocking 0x55613d29fdd0   @ 0x7fd27942b1a2 0x7fd2784fb23c 0x7fd278dc2022 0x7fd27944c3b0\n"
+    "\x1b[36m(PlacementGroupCleaner pid=1)\x1b[0m [mutex.cc : 452] RAW: Unlock 0x55613d29fdd0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "other", "why"),
+    [
+        (
+            GCS_KILL_RACE,
+            GCS_KILL_RACE.replace("Socket closed", "Permission denied"),
+            "another GCS error still counts",
+        ),
+        (
+            ABSEIL_TRACE,
+            "[mutex.cc : 452] RAW: Check failed: deadlock\n",
+            "any other Abseil line still counts",
+        ),
+    ],
+    ids=["gcs-kill-race", "abseil-mutex-trace"],
+)
+def test_a_known_cluster_line_passes_only_on_the_shared_cluster_path(line, other, why):
     from tests.notebook_runs import alarming_output
 
-    line = (
-        "\x1b[36m(pid=gcs_server)\x1b[0m [2026-11-26 07:56:29,478 E 24401 24401] (gcs_server) "
-        "gcs_actor_scheduler.cc:538: Failed to kill actor 26186032bfbbb2e96423cd140a000000, return status: "
-        "Invalid: KillActor RPC failed for actor 26186032bfbbb2e96423cd140a000000: RpcError: RPC error: "
-        "Socket closed rpc_code: 14\n"
-    )
-    nb = _stderr_notebook("# 07. Batch inference with Ray Data", line)
+    pool = "# 07. Batch inference with Ray Data"
+    nb = _stderr_notebook(pool, line)
     assert alarming_output(nb, "05_inference.ipynb"), "on a learner's own Ray it is a finding"
     assert alarming_output(nb, "05_inference.ipynb", shared_cluster=True) == []
-    other = _stderr_notebook(
-        "# 07. Batch inference with Ray Data", line.replace("Socket closed", "Permission denied")
-    )
-    assert alarming_output(other, "05_inference.ipynb", shared_cluster=True), "another GCS error still counts"
-
-
-def test_abseils_mutex_trace_passes_only_on_the_shared_cluster_path():
-    from tests.notebook_runs import alarming_output
-
-    line = (
-        "\x1b[36m(ReadParquet->SplitBlocks(2) pid=15776, ip=10.213.200.3)\x1b[0m [mutex.cc : 452] RAW: Lock "
-        "blocking 0x55613d29fdd0   @ 0x7fd27942b1a2 0x7fd2784fb23c 0x7fd278dc2022 0x7fd27944c3b0\n"
-        "\x1b[36m(PlacementGroupCleaner pid=1)\x1b[0m [mutex.cc : 452] RAW: Unlock 0x55613d29fdd0\n"
-    )
-    nb = _stderr_notebook("# 07. Batch inference with Ray Data", line)
-    assert alarming_output(nb, "05_inference.ipynb"), "on a learner's own Ray it is a finding"
-    assert alarming_output(nb, "05_inference.ipynb", shared_cluster=True) == []
-    worse = _stderr_notebook(
-        "# 07. Batch inference with Ray Data", "[mutex.cc : 452] RAW: Check failed: deadlock\n"
-    )
-    assert alarming_output(worse, "05_inference.ipynb", shared_cluster=True), (
-        "any other Abseil line still counts"
-    )
+    assert alarming_output(_stderr_notebook(pool, other), "05_inference.ipynb", shared_cluster=True), why
