@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from course_utils import progress
+from course_utils.periodic import every
 
 # Prometheus name -> (the course's name, factor to the course's unit). Per-GPU metrics get the
 # GPU's index appended ("gpu 0 %").
@@ -249,7 +249,7 @@ def sample_metrics(
 
     samples.started_at = time.time()
     try:
-        with progress.every(step, every_s, "metrics-sampler"):
+        with every(step, every_s, "metrics-sampler"):
             yield samples
     finally:
         samples.stopped_at = time.time()

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from course_utils import dashboard, session
+from course_utils.periodic import every
 
 
 # In JupyterLab a tqdm bar is a widget; a saved notebook also keeps its text form, which GitHub's
@@ -74,30 +74,6 @@ def _saved_bar_class() -> type:
             handle.update(bundle, raw=True)
 
     return SavedBar
-
-
-@contextlib.contextmanager
-def every(step: Callable[[], None], every_s: float, name: str) -> Iterator[None]:
-    """Call ``step()`` now and every ``every_s`` seconds on a daemon thread named ``name`` until the
-    block ends, then a last time, so what happened at the very end is seen too. ``step`` handles
-    its own errors: one that escapes ends the polling."""
-    done = threading.Event()
-
-    def loop() -> None:
-        while True:
-            last = done.is_set()
-            step()
-            if last:
-                return
-            done.wait(every_s)
-
-    thread = threading.Thread(target=loop, name=name, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
 
 
 def needed(scaling_config: Any) -> dict[str, float]:
@@ -239,7 +215,11 @@ def _postfix(row: dict[str, Any]) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def fit_progress(
-    trainer: Any, total: int | None = None, desc: str | None = None, every_s: float = 0.5
+    trainer: Any,
+    total: int | None = None,
+    desc: str | None = None,
+    every_s: float = 0.5,
+    utilization: bool = False,
 ) -> Iterator[Any]:
     """``with fit_progress(trainer, total=epochs): result = trainer.fit()`` shows a bar of reports.
 
@@ -249,7 +229,8 @@ def fit_progress(
     The trainer's ``RunConfig(callbacks=[...])`` must hold a ``history.ReportLog``: it is what
     the bar reads. ``total`` is the number of reports the run will make (epochs, for the course
     loops), ``None`` when unknown. When ``fit()`` raises, the bar's label says so: it stays where the
-    run stopped, short of its total.
+    run stopped, short of its total. ``utilization=True`` also samples every node meanwhile
+    (``metrics.sample_metrics``): the bar's ``utilization`` holds the samples.
     """
     from course_utils import history  # here: an inference actor imports this module without Ray Train
 
@@ -300,7 +281,12 @@ def fit_progress(
                 bar.set_description_str(label, refresh=True)
 
     try:
-        with every(follow, every_s, "fit-progress"):
+        with contextlib.ExitStack() as beside:
+            if utilization:
+                from course_utils import metrics  # here: it reads Ray's metrics endpoints
+
+                bar.utilization = beside.enter_context(metrics.sample_metrics(run_name=config.name))
+            beside.enter_context(every(follow, every_s, "fit-progress"))
             yield bar
     except BaseException:
         # the bar ends where the run stopped: say why it is short of its total

@@ -8,7 +8,7 @@ Four ways to train the same ResNet-18 on the same digits and global batch, on on
 - ``ceiling``: the same model and step on batches already in GPU memory: no loader at all.
 
 Each prints its images/s (median of the epochs after the first, which pays for warm-up) and the GPU's
-busy share (NVML, sampled every 0.2 s on a ``progress.every`` thread) from the end of its first epoch to the end of its last (Ray
+busy share (NVML, sampled every 0.2 s on a ``periodic.every`` thread) from the end of its first epoch to the end of its last (Ray
 Train's include each epoch's evaluation and checkpoint, which the loop runs between epochs). The digits
 on disk are tiled to ``--rows`` (60,000 by default) so an epoch lasts long enough to measure. It ends
 with ``ray_train_vs_plain_gpu_ratio`` and ``plain_vs_ceiling_ratio``.
@@ -34,10 +34,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from course_utils import data, device, progress, raydata, steps, training
+from course_utils import data, device, raydata, steps, training
 from course_utils.compare import steady
 from course_utils.config import SMOKE, Profile
 from course_utils.model import build_resnet18
+from course_utils.periodic import every
 from maintainer_tools import fits
 from maintainer_tools.bench.common import print_lines
 
@@ -72,7 +73,7 @@ def gpu_busy_reader() -> Callable[[], float | None]:
 
 
 class BusySampler:
-    """The GPU's busy share, sampled by ``sample`` (run it with ``progress.every``); ``mean(t0, t1)``
+    """The GPU's busy share, sampled by ``sample`` (run it with ``periodic.every``); ``mean(t0, t1)``
     over a window of ``time.time()`` stamps."""
 
     def __init__(self, read: Callable[[], float | None], every_s: float = 0.2):
@@ -225,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         results: dict[str, dict[str, float]] = {}
         sampler = BusySampler(read)
-        with progress.every(sampler.sample, sampler.every_s, "gpu-busy-sampler"):
+        with every(sampler.sample, sampler.every_s, "gpu-busy-sampler"):
             results["plain"] = plain(profile, root, sampler)
             results["ceiling"] = ceiling(profile, root, sampler)
             start_ray(verbose=False, log_to_driver=False)  # workers' per-epoch lines would bury the figures

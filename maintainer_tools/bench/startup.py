@@ -261,7 +261,6 @@ def bare_fit_once(storage_dir: str, name: str, train_steps: int = 0) -> dict[str
 def course_fit_once(name: str) -> dict[str, float]:
     """The bare loop through the course's own per-fit work, as lesson 02 runs a fit."""
     from course_utils import storage, training
-    from course_utils.metrics import sample_metrics
     from course_utils.progress import fit_progress
 
     storage.reset_run(name)
@@ -271,7 +270,7 @@ def course_fit_once(name: str) -> dict[str, float]:
             name, num_workers=WORKERS, train_loop=bare_loop, score_attribute=None, marks_dir=marks_dir
         )
         built = time.time()
-        with sample_metrics(run_name=name), fit_progress(trainer, total=1, desc=name):
+        with fit_progress(trainer, total=1, desc=name, utilization=True):
             trainer.fit()
         returned = time.time()
     storage.reset_run(name)

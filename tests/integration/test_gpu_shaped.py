@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from course_utils import progress
 from course_utils.config import REPO_ROOT
+from course_utils.periodic import every
 from maintainer_tools.cluster import LocalCluster, NodeSpec
 from tests.notebook_runs import GPU_SHAPED, LESSONS, alarming_output, error_text, run_lesson
 
@@ -79,7 +79,7 @@ def _run_on_cluster(gpus: int, stems: tuple[str, ...], monkeypatch) -> list[str]
                 if not now[0].startswith("(none"):
                     seen[:] = [f"{time.strftime('%H:%M:%S')} {line}" for line in now]
 
-            with progress.every(look, 30.0, "waiting-actors"):
+            with every(look, 30.0, "waiting-actors"):
                 result = run_lesson(lesson, f"gpu-shaped-{gpus}", answered=False, timeout_s=CELL_TIMEOUT_S)
             times.append(f"{lesson.stem[:2]} {time.monotonic() - started:.0f} s")
             if result.error is not None:

@@ -103,6 +103,39 @@ def test_fit_progress_follows_the_log_and_needs_the_callback(tmp_path):
             pass
 
 
+def test_fit_progress_samples_every_node_on_request(tmp_path, monkeypatch):
+    """``utilization=True``: one call gives the bar and the node sampling lesson 02 plots, which runs for
+    exactly the block (the fit) and is named after the run."""
+    import contextlib
+
+    from ray.train import RunConfig, ScalingConfig
+
+    from course_utils import metrics
+    from course_utils.history import ReportLog
+    from course_utils.progress import fit_progress
+
+    class Trainer:
+        run_config = RunConfig(name="run", storage_path=str(tmp_path), callbacks=[ReportLog()])
+        scaling_config = ScalingConfig(num_workers=2)
+
+    events = []
+
+    @contextlib.contextmanager
+    def sampling(run_name=None, **kwargs):
+        events.append(("start", run_name))
+        yield "the samples"
+        events.append(("stop", run_name))
+
+    monkeypatch.setattr(metrics, "sample_metrics", sampling)
+    with fit_progress(Trainer(), total=1, every_s=0.05) as plain:
+        pass
+    assert events == [] and not hasattr(plain, "utilization"), "off unless asked"
+    with fit_progress(Trainer(), total=1, every_s=0.05, utilization=True) as bar:
+        events.append(("fit", None))
+    assert bar.utilization == "the samples"
+    assert events == [("start", "run"), ("fit", None), ("stop", "run")]
+
+
 def test_read_reports_reads_again_when_the_file_was_replaced_mid_read(tmp_path):
     """On S3 a reader can get a cut-off read of the file ReportLog just replaced (seen in CI's workshop
     run: "Expecting value: line 14 column 1"); it reads again instead of failing. Text that stays
