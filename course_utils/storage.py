@@ -3,23 +3,17 @@
 pyarrow's filesystem layer is what Ray Train itself writes with, so one code path serves a
 local folder, a shared mount and ``s3://`` alike. A learner's runs live in their own folder,
 ``<COURSE_STORAGE>/course-<learner>`` (``config.learner_storage_root``): learners sharing one
-storage never see or delete each other's runs. ``prepare_learner_storage`` creates that folder
-with its ownership record; it is called where the course first writes there.
+storage never see or delete each other's runs.
 
-Ownership records: a workshop shares one ``COURSE_STORAGE`` (a mount or an ``s3://`` prefix) and one
-cluster among many learners, and a ``COURSE_STORAGE`` may even be a folder full of other things
-(``.``, ``/tmp``). So the course deletes only folders that carry its ownership record, ``OWNER_FILE``,
-naming the learner (``config.learner()``) the course wrote it for. It writes one when it creates the
-learner's storage folder (``prepare_learner_storage``), a Parquet folder (``raydata.write_parquet``)
-and the offline MNIST copy (``data.ensure_mnist``). Records go through pyarrow filesystems, so a
-local folder and ``s3://`` work alike. The file name starts with a dot: Ray Data's ``read_parquet``
-and pyarrow's dataset discovery skip it.
+Ownership records: a workshop shares one ``COURSE_STORAGE``, which may even be a folder full of
+other things (``.``, ``/tmp``), so the course deletes only folders that carry its record,
+``OWNER_FILE``, naming the learner it wrote them for: the learner's folder
+(``prepare_learner_storage``), a Parquet folder and the offline MNIST copy. The name starts with
+a dot: ``read_parquet`` and pyarrow's dataset discovery skip it.
 
-A shared folder: on one machine (a local Ray, or nodes that all run here) every node sees the
-driver's disk; on real machines a folder on the driver's disk is not on the others, and Ray Train
-fails only once a worker there reports its first checkpoint. ``check_storage_shared`` writes a probe
-file into the folder and asks a zero-CPU task on each other node whether it sees it, so a local
-``COURSE_STORAGE`` on several machines fails fast, in one sentence.
+A shared folder: a folder on the driver's disk is not on other machines, and Ray Train fails only
+once a worker there reports its first checkpoint. ``check_storage_shared`` asks a zero-CPU task on
+each other node whether it sees a probe file, so that fails fast, in one sentence.
 """
 
 from __future__ import annotations
@@ -38,6 +32,8 @@ from course_utils.config import (
     build_root,
     ensure_writable_dir,
     is_remote_uri,
+    learner,
+    learner_folder,
     learner_storage_root,
     s3_endpoint,
     storage_root,
@@ -52,12 +48,6 @@ _claimed: set[tuple[str, str, str]] = set()
 
 class CleanupRefused(PermissionError):
     """A deletion the course will not do: the path is not the course's. The message says why."""
-
-
-def _learner() -> str:
-    from course_utils.config import learner
-
-    return learner()
 
 
 def read_owner(fs: pafs.FileSystem, path: str) -> dict[str, Any] | None:
@@ -79,7 +69,7 @@ def write_owner(fs: pafs.FileSystem, path: str, kind: str) -> dict[str, Any]:
     """Create folder ``path`` (if needed) and record that the course made it for this learner."""
     record = {
         "course": COURSE_ID,
-        "learner": _learner(),
+        "learner": learner(),
         "kind": kind,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -91,8 +81,8 @@ def write_owner(fs: pafs.FileSystem, path: str, kind: str) -> dict[str, Any]:
 
 def claim_folder(fs: pafs.FileSystem, path: str, kind: str) -> None:
     """Write the ownership record of folder ``path`` unless it has one (once per process for remote
-    storage). A record naming another learner is left as it is: that folder stays theirs."""
-    key = (fs.type_name, path.rstrip("/"), _learner())
+    storage). A record naming another learner is left as it is."""
+    key = (fs.type_name, path.rstrip("/"), learner())
     if key in _claimed:
         return
     if read_owner(fs, path) is None:
@@ -117,10 +107,10 @@ def refuse_unless_mine(fs: pafs.FileSystem, path: str, shown: str, action: str) 
             f"Refusing to {action} {shown}: it has no {OWNER_FILE}, so the course did not create it "
             "(someone else's folder, or your own files). Remove it yourself if you mean to, or use another path."
         )
-    if record["learner"] != _learner():
+    if record["learner"] != learner():
         raise CleanupRefused(
             f"Refusing to {action} {shown}: the course wrote it for learner {record['learner']!r}, and you are "
-            f"{_learner()!r} (COURSE_LEARNER). Each learner removes only their own."
+            f"{learner()!r} (COURSE_LEARNER). Each learner removes only their own."
         )
 
 
@@ -197,11 +187,10 @@ LESSON02_RUN = "lesson02-resnet18"
 def prepare_learner_storage() -> str:
     """Make this learner's storage folder ready to write; returns ``config.learner_storage_root()``.
 
-    Local storage: ``COURSE_STORAGE`` is created and checked for write access (a bad setting
-    fails here, in the first cell, not minutes later inside a worker), the learner's folder is
-    created with its ownership record, and a symlink in its place is refused. Remote storage
-    needs nothing yet: its record is written at the first storage call
-    (``learner_filesystem_and_root``). Safe to call again (a stat when all is there).
+    Local storage: ``COURSE_STORAGE`` is created and checked writable (a bad setting fails in the
+    first cell, not later inside a worker), and the learner's folder created with its ownership
+    record (a symlink there is refused). Remote storage gets its record at the first storage call
+    (``learner_filesystem_and_root``). Safe to call again.
     """
     root = storage_root()
     mine = learner_storage_root()
@@ -237,11 +226,9 @@ def local_output_dir(name: str) -> Path:
 def ray_storage() -> tuple[str, pafs.FileSystem | None]:
     """``(storage_path, storage_filesystem)`` for ``RunConfig``: every lesson's runs go through here.
 
-    The path is this learner's folder, ``<COURSE_STORAGE>/course-<learner>``, so a run named
-    ``name`` lands in ``<COURSE_STORAGE>/course-<learner>/<name>``.
-    A local folder or mount is ``(absolute path, None)`` (Ray picks the local filesystem).
-    ``s3://bucket/prefix`` is ``("bucket/prefix", S3FileSystem)`` built from
-    ``COURSE_S3_ENDPOINT`` and the ``AWS_*`` variables, so S3-compatible stores work too::
+    The path is this learner's folder, so run ``name`` lands in ``<COURSE_STORAGE>/course-<learner>/<name>``.
+    A local folder or mount is ``(absolute path, None)``; ``s3://bucket/prefix`` is
+    ``("bucket/prefix", S3FileSystem)`` built from ``COURSE_S3_ENDPOINT`` and the ``AWS_*`` variables::
 
         storage_path, storage_filesystem = ray_storage()
         RunConfig(name=..., storage_path=storage_path, storage_filesystem=storage_filesystem)
@@ -249,12 +236,8 @@ def ray_storage() -> tuple[str, pafs.FileSystem | None]:
     path, fs = _storage_for(storage_root())  # checks the shared URI (e.g. that it names a bucket)
     if fs is None:
         mine = prepare_learner_storage()  # created locally, with its ownership record
-        from course_utils.storage import check_storage_shared
-
         check_storage_shared(mine)  # on a cluster of several machines: does every one see it?
         return mine, None
-    from course_utils.config import learner_folder
-
     return f"{path.rstrip('/')}/{learner_folder()}", fs
 
 
@@ -270,8 +253,6 @@ def _storage_for(root: str) -> tuple[str, pafs.FileSystem | None]:
 
 def _s3(uri: str) -> tuple[str, pafs.S3FileSystem]:
     """Path inside the bucket and an ``S3FileSystem`` for ``s3://bucket/prefix``."""
-    import os
-
     path = uri[len("s3://") :].strip("/")
     if not path:
         raise CourseConfigError(
@@ -308,12 +289,10 @@ def filesystem_and_root() -> tuple[pafs.FileSystem, str]:
 def learner_filesystem_and_root(claim: bool = True) -> tuple[pafs.FileSystem, str]:
     """(pyarrow filesystem, path inside it) of this learner's folder: what ``ray_storage`` gives Ray.
 
-    With ``claim`` the folder's ownership record is written if it is missing (once per process
-    on remote storage): every course call that uses the folder marks it as the course's.
+    With ``claim`` the folder's ownership record is written if missing (once per process on remote
+    storage): every course call that uses the folder marks it as the course's.
     """
     fs, root = filesystem_and_root()
-    from course_utils.config import learner_folder
-
     path = f"{root.rstrip('/')}/{learner_folder()}"
     if claim and isinstance(fs, pafs.LocalFileSystem):
         prepare_learner_storage()  # creates the folder with its record
@@ -340,8 +319,8 @@ def run_path(name: str) -> str:
 def run_exists(name: str) -> bool:
     """True when storage holds a directory for run ``name``.
 
-    The first storage call of a fit: an unreachable or misconfigured store fails here, in plain
-    words, instead of inside Ray Train's controller.
+    The first storage call of a fit: a store that is unreachable or misconfigured fails here, in
+    plain words, not inside Ray Train's controller.
     """
     fs, shared = filesystem_and_root()
     try:
@@ -350,9 +329,7 @@ def run_exists(name: str) -> bool:
             raise OSError(f"bucket {bucket!r} does not exist")  # Ray would fail later, less plainly
         fs, root = learner_filesystem_and_root()
         path = f"{root}/{run_path(name).rsplit('/', 1)[1]}"
-        if fs.get_file_info(path).type == pafs.FileType.Directory:
-            return True
-        return False
+        return fs.get_file_info(path).type == pafs.FileType.Directory
     except OSError as exc:
         if isinstance(fs, pafs.LocalFileSystem):
             raise
@@ -364,11 +341,8 @@ def run_exists(name: str) -> bool:
 
 
 def reset_run(name: str) -> bool:
-    """Delete run ``name`` so the next fit starts fresh; True when something was deleted.
-
-    Ray Train resumes a run whose name already exists in storage. A lesson that wants a
-    fresh run (re-running a notebook) calls this first.
-    """
+    """Delete run ``name`` so the next fit starts fresh (Ray Train resumes a run whose name already
+    exists in storage); True when something was deleted."""
     if not run_exists(name):
         return False
     fs, root = learner_filesystem_and_root()
@@ -379,11 +353,10 @@ def reset_run(name: str) -> bool:
 def check_run(name: str) -> dict[str, Any] | None:
     """Preflight before resuming run ``name``: fail clearly instead of resuming from damage.
 
-    Returns None when there is nothing to resume (no directory, or one without checkpoints),
-    else ``{"checkpoints": [...], "latest": dir name, "latest_metrics": {...}}``. Raises
-    ``RunCorruptedError`` when the snapshot is unreadable, a checkpoint it lists is missing or
-    does not load, or checkpoints exist without a snapshot (Ray Train would then silently
-    start from scratch).
+    None when there is nothing to resume, else ``{"checkpoints": [...], "latest": dir name,
+    "latest_metrics": {...}}``. ``RunCorruptedError`` when the snapshot is unreadable, a checkpoint
+    it lists is missing or does not load, or checkpoints exist without a snapshot (Ray Train would
+    then silently start from scratch).
     """
     from course_utils.checkpoints import CheckpointError, load_state
 
@@ -444,11 +417,8 @@ def _load_from_storage(fs: pafs.FileSystem, path: str, load_state) -> dict[str, 
 
 
 def reported_checkpoints(name: str) -> list[dict[str, Any]]:
-    """The checkpoints Ray Train has registered for run ``name`` (dir name + metrics), oldest first.
-
-    Read from the run's snapshot without loading anything: cheap enough to poll while a run
-    trains (the elastic demo waits for the first checkpoint this way). Empty when none yet.
-    """
+    """The checkpoints Ray Train has registered for run ``name`` (dir name + metrics), oldest first;
+    empty when none yet. Read from the run's snapshot, cheap enough to poll while a run trains."""
     fs, root = learner_filesystem_and_root(claim=False)  # polled: no writes
     path = f"{root}/{name}/{SNAPSHOT_FILE}"
     try:
