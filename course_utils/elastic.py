@@ -1,16 +1,11 @@
 """Lesson 04's extra Ray nodes, and reading what an elastic run decided.
 
-``ExtraNode`` / ``add_local_nodes`` start one more Ray node on this machine (``ray start
---address=... --block`` in its own process group) and join it to the Ray this process already runs
-or connected to; ``stop()`` kills exactly that node's process group, nothing else. ``joined`` waits
-for nodes started in the background; ``extra_node_blocker`` says in one line why a cluster on other
-machines gets no extra node. For the same demo this module reads what an elastic run's controller
-decided (``scaling_decisions``, from Ray Train's controller log) and asks Ray's autoscaling
-coordinator to re-read the nodes (``refresh_autoscaling_coordinator``).
-
-``course_utils.session`` connects to Ray and queries it; the multi-node test cluster the tests and
-benches start (``LocalCluster``) is a maintainers' tool, ``maintainer_tools.cluster``, which takes
-``free_port`` and ``NODE_PORT_FLAGS`` from here.
+``ExtraNode`` / ``add_local_nodes`` start one more Ray node on this machine (``ray start --block``
+in its own process group, which ``stop()`` kills and nothing else) and join it to this process's
+Ray; ``extra_node_blocker`` says in one line why a cluster on other machines gets none.
+``scaling_decisions`` reads what an elastic run's controller decided, and
+``refresh_autoscaling_coordinator`` makes Ray re-read the nodes. ``maintainer_tools.cluster`` (the
+tests' multi-node cluster) takes ``free_port`` and ``NODE_PORT_FLAGS`` from here.
 """
 
 from __future__ import annotations
@@ -51,14 +46,11 @@ def free_port() -> int:
 
 
 class ExtraNode:
-    """A second Ray node on this machine (``ray start --address ... --block``), to show elastic
-    training: Ray Train sizes an elastic worker group from the nodes' *total* resources, so
-    holding CPUs with an actor does not shrink it, but a node joining (or leaving) does.
-
-    The node runs in its own process group, which ``stop()`` ends; nothing else is touched.
-    This machine only: a local Ray, or a cluster whose head runs here (``add_local_nodes`` checks).
-    It advertises no GPUs by default (``num_gpus=0``): it shares this machine's GPUs with the
-    head, and counting them twice would put two ranks on one GPU.
+    """A second Ray node on this machine, to show elastic training: Ray Train sizes an elastic worker
+    group from the nodes' *total* resources, so holding CPUs with an actor does not shrink it, but a
+    node joining (or leaving) does. A local Ray, or a cluster whose head runs here. No GPUs by
+    default: it shares this machine's with the head, and counting them twice would put two ranks
+    on one GPU.
     """
 
     def __init__(self, num_cpus: int = 1, resources: dict[str, float] | None = None, num_gpus: int = 0):
@@ -71,7 +63,6 @@ class ExtraNode:
         self.stopped_at: float | None = None
         self.stop_sent_at: float | None = None  # wall clock when stop() signalled the node
         self.launched_time: float | None = None  # wall clock when `ray start` ran for it
-        self.joined_at: float | None = None  # time.monotonic() when the cluster first listed it alive
         # Wall clock (Ray's logs use it) of the driver's last look that did not list it yet: it registered
         # after this, within one look (JOIN_POLL_S). The moment a look saw it can be later than a decision
         # Ray's controller took on it, because the controller may see the node first.
@@ -142,7 +133,7 @@ class ExtraNode:
             looked = time.time()
             joined = self._joined()
             if joined:
-                self.node_id, self.joined_at, self.joined_time = joined["NodeID"], time.monotonic(), not_yet
+                self.node_id, self.joined_time = joined["NodeID"], not_yet
                 if not quiet:
                     self.say_joined()
                 return self
@@ -164,7 +155,7 @@ class ExtraNode:
         print(f"[driver] node {self.node_id[:12]} joined with {self.resources or {}} ", flush=True)
 
     def wait_joined_in_background(self, timeout_s: float = 120.0) -> ExtraNode:
-        """``wait_joined`` in a daemon thread (it records ``joined_at`` or ``error``); ``joined`` waits for it."""
+        """``wait_joined`` in a daemon thread (it records ``node_id`` or ``error``); see ``joined``."""
 
         def wait() -> None:
             try:
@@ -227,10 +218,7 @@ class ExtraNode:
         threading.Thread(target=wait, name="extra-node", daemon=True).start()
 
     def wait_gone(self, timeout_s: float = 60.0) -> bool:
-        """Wait until the cluster lists this (stopped) node dead; record ``gone_time``. False on timeout.
-
-        A node shut down with SIGTERM tells the head at once; one SIGKILLed is declared dead only
-        after its health checks fail (≈ 15 s here)."""
+        """Wait until the cluster lists this (stopped) node dead; record ``gone_time``. False on timeout."""
         import ray
 
         deadline = time.monotonic() + timeout_s
@@ -242,11 +230,10 @@ class ExtraNode:
         return False
 
     def stop(self, graceful: bool = False) -> None:
-        """End the node (idempotent). By default abruptly, like a machine losing power: SIGKILL
-        its process group; the head notices only when its health checks fail (≈ 15 s here).
-        ``graceful=True``: SIGTERM, like a machine being shut down or a cloud VM reclaimed; the
-        raylet tells the head it is leaving, so the cluster knows at once. Whatever is still
-        running after that gets SIGKILL."""
+        """End the node (idempotent). By default SIGKILL its process group, like a machine losing power:
+        the head notices only when its health checks fail (≈ 15 s here). ``graceful=True``: SIGTERM,
+        like a shutdown or a reclaimed cloud VM; the raylet tells the head at once. What still runs
+        then gets SIGKILL."""
         if self.process is not None and self.process.poll() is None:
             self.stop_sent_at = time.time()
             try:
@@ -283,10 +270,9 @@ def _is_this_machine(host: str) -> bool:
 def extra_node_blocker() -> str | None:
     """Why an ``ExtraNode`` cannot join this process's Ray from this machine, in one line; or None.
 
-    A local Ray always can. A cluster we connected to (``RAY_ADDRESS``) can when its head runs on
-    this machine (a host trying the course, ``cluster.LocalCluster``). When the head is elsewhere,
-    adding this machine as a node would let a shared cluster schedule other people's work here,
-    and killing it would not be a node of that cluster leaving: the demo is not run.
+    A local Ray always can; a cluster we connected to only when its head runs here. Elsewhere, this
+    machine as a node would take other people's work, and killing it would not be a node of that
+    cluster leaving.
     """
     import ray
 
@@ -306,12 +292,9 @@ def add_local_nodes(
 ) -> tuple[list[ExtraNode], str | None]:
     """Start ``count`` ``ExtraNode``s and return ``(nodes, None)``, or ``([], why not)`` in one line.
 
-    On a local Ray a node that fails to join raises (a bug to see). On a cluster we connected to,
-    the reason is returned instead (``extra_node_blocker``, or the node's own error), so the
-    section that needs the nodes can say in one line why it is skipped there. All nodes start at
-    once (each ``ray start`` mostly waits for its own processes), then each is waited for.
-    ``wait=False`` returns as soon as they are launched and waits in the background: call
-    ``joined(nodes)`` before using them.
+    On a local Ray a node that fails to join raises (a bug to see); on a cluster we connected to the
+    reason is returned, so the section can say why it is skipped. All nodes start at once.
+    ``wait=False`` returns once they are launched: call ``joined(nodes)`` before using them.
     """
     reason = extra_node_blocker()
     if reason:
@@ -334,11 +317,8 @@ def add_local_nodes(
 
 
 def joined(nodes: list[ExtraNode], timeout_s: float = 120.0) -> str | None:
-    """Wait until every one of ``nodes`` (from ``add_local_nodes``) joined; say so, return None.
-
-    If one did not: all are stopped, and on a local Ray its error is raised; on a cluster we
-    connected to the reason comes back in one line instead.
-    """
+    """Wait until every one of ``nodes`` (from ``add_local_nodes``) joined; say so, return None. If one
+    did not, all are stopped and its error raised (local Ray) or returned in one line (a cluster)."""
     import ray
 
     for node in nodes:
@@ -365,22 +345,14 @@ def joined(nodes: list[ExtraNode], timeout_s: float = 120.0) -> str | None:
     return f"a Ray node started on this machine could not join the cluster at {address}: {err}"
 
 
-# Ray's autoscaling coordinator: a detached actor that the first elastic run on a cluster creates. An
-# elastic run sizes its worker group from the nodes the coordinator last read, and it re-reads them
-# only every rayinternals.AUTOSCALING_COORDINATOR_REFRESH_S (a constant of Ray's: no setting, env or config changes it).
-# Name, namespace, period and the refresh call are Ray internals (course_utils.rayinternals).
-
-
 def refresh_autoscaling_coordinator(timeout_s: float = 10.0) -> bool:
     """Make Ray's autoscaling coordinator re-read the cluster's nodes now; True if it did.
 
-    Why: a node that joins or leaves changes what an elastic run may use only at the coordinator's
-    next refresh, up to ``rayinternals.AUTOSCALING_COORDINATOR_REFRESH_S`` (20 s) later. The demo calls this right after a
-    node registered or left, so it waits for the controller's own decision instead of that clock.
-    It runs the coordinator's periodic refresh once (``rayinternals.tick_autoscaling_coordinator``).
-    False when there is no coordinator yet (the first elastic run creates it, reading the nodes
-    then) or a Ray version without that refresh: the run then waits for the next refresh, as it
-    would without this call.
+    Why: an elastic run sizes its worker group from the nodes the coordinator (a detached actor the
+    first elastic run creates) last read, and it re-reads them only every
+    ``rayinternals.AUTOSCALING_COORDINATOR_REFRESH_S`` (20 s, no setting changes it). Called right
+    after a node joined or left, the demo waits for the controller's decision, not that clock.
+    False when there is no coordinator yet or no such refresh in this Ray: the next refresh comes.
     """
     import ray
 
@@ -415,10 +387,9 @@ def scaling_decisions(
     (wall clock, s), ``kind`` (``"start"``: (re)start a stopped group with ``workers``;
     ``"resize"``: a healthy group is resized to ``workers``) and Ray's own ``message``.
 
-    Read from the controller's system log (``<session>/logs/train/ray-train-sys-controller-*.log``,
-    one JSON record a line, with ``run_name`` and ``timestamp_ns``) on this machine: the head's
-    session when the driver runs there. ``since`` (wall clock) leaves out an earlier run of the same
-    name in this session; ``log_dir`` overrides where to look (tests). Empty if none.
+    Read from the controller's JSON system log on this machine
+    (``<session>/logs/train/ray-train-sys-controller-*.log``). ``since`` (wall clock) leaves out an
+    earlier run of the same name; ``log_dir`` overrides where to look (tests).
     """
     if log_dir is None:
         from course_utils.logs import session_logs_dir

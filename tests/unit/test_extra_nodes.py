@@ -179,7 +179,7 @@ def test_nodes_started_in_the_background_are_waited_for_by_joined(cluster_at, mo
     monkeypatch.setattr(elastic.ExtraNode, "stop", lambda self, graceful=False: stopped.append(self))
 
     def wait_joined(self, timeout_s=120.0, quiet=False):
-        self.node_id, self.joined_at = f"id-{id(self)}", 1.0
+        self.node_id = f"id-{id(self)}"
         return self
 
     monkeypatch.setattr(elastic.ExtraNode, "wait_joined", wait_joined)
