@@ -1,17 +1,12 @@
 """Ray Data for the course: digits as Parquet, a Ray Dataset over them, the fast transform, the
-trainer around lesson 03's Ray Data loop (the loop itself is the lesson's, in ``lesson_code``), and ``measure_ingest`` (lesson 03 times pipelines with it; the
-benchmark around it is ``maintainer_tools.bench.ingest``).
+trainer around lesson 03's Ray Data loop (the loop is the lesson's, in ``lesson_code``), and
+``measure_ingest``, which times pipelines (for lesson 03 and ``maintainer_tools.bench.ingest``).
 
-The Parquet layout is two columns: ``image`` (the 28*28 uint8 pixels as one fixed-size 784-byte
-value, Parquet's FIXED_LEN_BYTE_ARRAY) and ``label`` (int64), written uncompressed and without
-dictionary pages, in a few large files. Reading it is then close to a plain copy of the bytes, and
-the vectorised transform decodes a whole batch with one ``np.frombuffer``.
-
-Two ways to preprocess, same values:
-
-- ``per_row_pil`` is many tutorials' habit: per row, bytes -> PIL image -> torchvision
-  ``ToTensor`` + ``Normalize``. Correct, but it pays Python and PIL overhead per digit.
-- ``normalise_batch`` does the same arithmetic on a whole numpy batch at once.
+The Parquet layout is two columns, ``image`` (the 784 uint8 pixels as one fixed-size value) and
+``label`` (int64), uncompressed and without dictionary pages, in a few large files: reading it is
+close to a plain copy, and the vectorised transform decodes a batch with one ``np.frombuffer``.
+Two ways to preprocess, same values: ``per_row_pil`` (many tutorials' habit: per row, PIL and
+torchvision, paying Python overhead per digit) and ``normalise_batch`` (a whole numpy batch at once).
 """
 
 from __future__ import annotations
@@ -27,8 +22,6 @@ import pyarrow.parquet as pq
 import torch
 
 from course_utils import data, steps, storage, training
-
-# Re-exported (``x as x``): lessons and tests name them through raydata.
 from course_utils.batch_format import IMAGE, LABEL, check_columns
 from course_utils.config import Profile, get_profile, learner_storage_root, storage_root
 from course_utils.progress import progress_bar
@@ -51,12 +44,9 @@ BENCH_FILES = 2
 
 
 def read_blocks(path: str | Path) -> int:
-    """``override_num_blocks`` for ``read_parquet`` over course Parquet: one block per file.
-
-    The course writes few, large files; one block per file keeps each file in one read task, so a
-    ``map_batches(batch_size=None)`` runs inside that task (fused) instead of after an extra hop.
-    Without it Ray Data splits each file into more blocks than there are files and does not fuse.
-    """
+    """``override_num_blocks`` for ``read_parquet`` over course Parquet: one block per file, so a
+    ``map_batches(batch_size=None)`` runs fused inside each file's read task. Without it Ray Data
+    splits each file into more blocks and does not fuse."""
     return max(1, len(parquet_files(path)))
 
 
@@ -65,18 +55,13 @@ def read_blocks(path: str | Path) -> int:
 
 def location(path: str | Path) -> tuple[pafs.FileSystem, str]:
     """``(filesystem, path inside it)`` of Parquet data, for ``read_parquet(path, filesystem=fs)``.
-
-    A local path gets pyarrow's local filesystem. A path under an ``s3://`` course storage goes
-    through ``storage.filesystem_and_root``, so ``COURSE_S3_ENDPOINT`` and the credentials
-    apply: a bare ``read_parquet("s3://...")`` would ask AWS for the bucket's region instead.
-    """
+    A path under an ``s3://`` course storage goes through ``storage.filesystem_and_root``, so
+    ``COURSE_S3_ENDPOINT`` applies (a bare ``read_parquet("s3://...")`` would ask AWS instead)."""
     path = str(path)
     if "://" not in path:
         return pafs.LocalFileSystem(), str(Path(path).resolve())
     root = storage_root()
     if path == root or path.startswith(root + "/"):
-        from course_utils import storage
-
         fs, inner = storage.filesystem_and_root()
         return fs, inner.rstrip("/") + path[len(root) :]
     return pafs.FileSystem.from_uri(path)
@@ -90,13 +75,11 @@ def default_parquet_path(split: str = "train", rows: int | None = None) -> str:
 
 
 def write_parquet(images: np.ndarray, labels: np.ndarray, path: str | Path, num_files: int = 4) -> str:
-    """Write uint8 digits ``[N, 28, 28]`` and labels ``[N]`` as ``num_files`` Parquet files.
+    """Write uint8 digits ``[N, 28, 28]`` and labels ``[N]`` as ``num_files`` Parquet files; returns ``path``.
 
-    Each digit is one fixed-size 784-byte value, stored uncompressed (``PARQUET_OPTIONS``).
-    Several files let Ray Data read in parallel; few large ones keep its per-task overhead low. An existing folder at ``path`` is replaced,
-    so writing twice gives the same dataset, not a doubled one, but only when this course wrote
-    it for this learner (its ``storage.OWNER_FILE``); any other non-empty folder or a file
-    there raises ``CleanupRefused`` and nothing is deleted. Returns ``path``.
+    Several files let Ray Data read in parallel; few large ones keep its per-task overhead low. A
+    folder the course wrote there for this learner (``storage.OWNER_FILE``) is replaced; any other
+    non-empty folder or a file raises ``CleanupRefused`` and nothing is deleted.
     """
     images = np.ascontiguousarray(images, dtype=np.uint8)
     if images.ndim != 3 or images.shape[1:] != (SIDE, SIDE):
@@ -128,10 +111,7 @@ def _digit_tables(images: np.ndarray, labels: np.ndarray, parts: int) -> list[pa
 
 def digits_dataset(images: np.ndarray, labels: np.ndarray, blocks: int = 4):
     """A Ray Dataset of digits in memory, in ``blocks`` blocks with the columns and types a
-    ``read_parquet`` of course Parquet gives (``SCHEMA``): its batches look the same to a transform.
-
-    No files, so it works wherever the driver runs (the exercise checks use it, also on a cluster).
-    """
+    ``read_parquet`` of course Parquet gives (``SCHEMA``); no files, so it works on any cluster."""
     import ray.data
 
     if len(labels) != len(images):
@@ -195,11 +175,8 @@ def parquet_files(path: str | Path) -> list[tuple[str, int]]:
 
 
 def read_digits(path: str | Path, *, shuffle_files: bool = False):
-    """``ray.data.read_parquet`` over course digits, after checking the path and the columns.
-
-    A missing path fails here with its name, not later inside a read task; a Parquet file
-    without ``image``/``label`` fails with the columns it does have.
-    """
+    """``ray.data.read_parquet`` over course digits, after checking the path and the columns, so a
+    wrong path or file fails here, in words, not later inside a read task."""
     import ray.data
 
     path = str(path)
@@ -299,15 +276,13 @@ def shuffle_pipelines(ds: Any, batch_size: int = 64, buffer_rows: int = 1000) ->
 
 
 def measure_ingest(pipelines: dict[str, Any], rounds: int = 3, progress: bool = True):
-    """Rows/s of each pipeline: its best of ``rounds`` interleaved passes (A, B, C, A, B, C, ...).
+    """Rows/s of each pipeline: its best of ``rounds`` interleaved passes (A, B, C, A, B, C, ...),
+    in a DataFrame with its speed-up over the first (slowest) one.
 
-    A pipeline is a Ray Dataset (consumed with ``iter_batches``), a DataLoader, or a function
-    returning an iterable of dict batches (to time ``iter_torch_batches`` options). A first,
-    untimed pass warms each one up (worker processes, imports), so start-up is not billed to
-    whichever runs first. Interleaving makes a busy neighbour slow all of them alike, and the
-    best pass (as ``timeit`` reports) is the one least disturbed by the neighbours: on a shared
-    machine medians of short passes swung the ratio from 6x to 9x between runs. Returns a
-    DataFrame with rows/s per pipeline and its speed-up over the first (slowest) one.
+    A pipeline is a Ray Dataset, a DataLoader, or a function returning dict batches (to time
+    ``iter_torch_batches`` options). An untimed first pass warms each up. Interleaving makes a busy
+    neighbour slow all alike, and the best pass (as ``timeit`` reports) is the least disturbed: on
+    a shared machine medians of short passes swung the ratio from 6x to 9x between runs.
     """
     import pandas as pd
 
