@@ -1,13 +1,11 @@
 """The live Python stacks of a run's workers, cut down to the frames of the learner's code.
 
-A hang shows no error: to see where each rank is, dump its stack. The workers are found through
-Ray: their rank, pid and node from Ray Train's run state (``course_utils.runstate``), else the
-``RayTrainWorker`` actors of the state API. Each stack comes from py-spy (``py-spy dump``), run
-here for a worker on this machine, and for a worker on another node by a zero-CPU Ray task pinned to
-that node (as ``faults.kill_on_its_node`` kills there): no dashboard route is needed, so a cluster
-started with Ray's defaults (its dashboard's ``/worker/traceback`` answers 403 unless the head opted
-into profiling) gives stacks too. Where py-spy cannot read a process (not installed there, or the
-node forbids it), that worker's stack says why in one sentence and the others are still shown.
+A hang shows no error: to see where each rank is, dump its stack. The workers (rank, pid, node)
+come from Ray Train's run state (``course_utils.runstate``), else the state API's
+``RayTrainWorker`` actors. py-spy reads each stack, here or in a zero-CPU task pinned to the
+worker's node: no dashboard route is needed, so a cluster started with Ray's defaults (whose
+``/worker/traceback`` answers 403 unless the head opted into profiling) gives stacks too. A stack
+py-spy cannot read says why in one sentence; the others are still shown.
 
 ``learner_frames`` keeps the frames between Ray's call into the training function and the
 first library frame below it: where *your* code is, and the line it is waiting on.
@@ -32,8 +30,6 @@ from typing import Any
 
 from course_utils import dashboard, rayinternals
 
-# Ray Train V2 calls the training function from a wrapper whose frame this is: the frame just
-# inside it is the learner's function.
 WORKER_CLASS = "RayTrainWorker"  # the class `ray list actors` shows for a Train worker
 SYNC_ACTOR_CLASS = rayinternals.TRAIN_SYNC_ACTOR_CLASS
 # Ray Train's own warning while a rank is missing from a report barrier.
@@ -122,14 +118,10 @@ def _course_root() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def _library_roots() -> tuple[str, ...]:
-    """Folders holding Python's own modules and installed packages, taken from where they really are.
-
-    The interpreter's stdlib and site folders; the folder each installed distribution lives in
-    (``importlib.metadata``: a ``pip install --target`` folder on ``PYTHONPATH``, Debian's
-    ``dist-packages``, a conda env); and the folder the import system finds each of
-    ``LIBRARY_PACKAGES`` in (``ray.__file__``'s parent's parent, even without its metadata). A folder
-    that holds the course's own package is left out. Worked out once per process, on first use.
-    """
+    """Folders holding Python's own modules and installed packages, taken from where they really are:
+    the stdlib and site folders, each installed distribution's folder (a ``--target`` folder on
+    ``PYTHONPATH``, Debian's ``dist-packages``, a conda env) and where each of ``LIBRARY_PACKAGES`` is
+    found (even without metadata); never one holding the course's package. Worked out once."""
     import importlib.metadata
     import importlib.util
 
@@ -174,10 +166,8 @@ def _importable_library(top: str) -> bool:
 def is_library(file: str) -> bool:
     """True for Python's own and installed packages' files (full paths or py-spy's short ones).
 
-    Decided by where the modules really are (``_library_roots``), so Ray installed in a ``--target``
-    folder on ``PYTHONPATH``, in Debian's ``dist-packages`` or in conda counts as Ray. A full path in no
-    such folder counts as a library's only inside a ``site-packages``/``dist-packages`` folder this
-    process cannot see (another node's install); anything else is the learner's or the course's code.
+    Decided by where the modules really are (``_library_roots``). A full path in no such folder is a
+    library's only inside a ``site-packages``/``dist-packages`` folder (another node's install).
     """
     if file.startswith("<"):  # <frozen ...>, <string>
         return True
@@ -194,12 +184,9 @@ def is_library(file: str) -> bool:
 
 
 def learner_frames(frames: list[Frame], functions: Iterable[str] = ()) -> list[Frame]:
-    """The frames of the learner's code in one thread (innermost-first ``frames``), outermost first.
-
-    They start at the frame Ray Train's wrapper called (``TRAIN_FN_ENTRY``) or at the outermost
-    frame of one of ``functions`` (names, e.g. an actor method), and go inwards until the first
-    library frame.
-    """
+    """The frames of the learner's code in one thread (innermost-first ``frames``), outermost first:
+    from the frame Ray Train's wrapper called (``TRAIN_FN_ENTRY``), or the outermost of ``functions``
+    (names, e.g. an actor method), inwards to the first library frame."""
     names = set(functions)
     outer_first = list(reversed(frames))
     start = None
@@ -260,11 +247,8 @@ def dump_local(pid: int, timeout_s: float = 20.0) -> dict[str, list[Frame]]:
 
 
 def dump_on_its_node(pid: int, node_id: str, timeout_s: float = 60.0) -> dict[str, list[Frame]]:
-    """py-spy's dump of a worker on another machine, run there by a zero-CPU task pinned to its node.
-
-    The task runs ``py_spy_json`` with that node's Python, so py-spy is the one installed beside it.
-    Whatever stops it (py-spy missing or not permitted there, the node gone) is ``StackUnavailable``.
-    """
+    """py-spy's dump of a worker on another machine, by a zero-CPU task pinned to its node (that node's
+    py-spy); whatever stops it (py-spy missing or refused there, the node gone) is ``StackUnavailable``."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -311,11 +295,8 @@ def dump(
 
 
 def train_workers(run_name: str | None = None) -> list[dict[str, Any]]:
-    """The live workers of a run: rank, pid, node and actor id.
-
-    From Ray Train's run state when tracking is on (it knows each worker's rank), else the
-    alive ``RayTrainWorker`` actors of this job from the state API (rank unknown).
-    """
+    """The live workers of a run (rank, pid, node, actor id): from Ray Train's run state when tracking
+    is on, else this job's alive ``RayTrainWorker`` actors from the state API (rank unknown)."""
     import ray
 
     from course_utils import runstate
@@ -369,10 +350,8 @@ def worker_stacks(workers: list[dict[str, Any]]) -> list[WorkerStack]:
 
 
 def actor_logs(class_name: str, job_id: str | None = None, exclude: Iterable[str] = ()) -> Iterator[str]:
-    """The stderr logs (where Ray's warnings go) of this job's alive actors of ``class_name``, via the state API.
-
-    Actors whose ids are in ``exclude`` are skipped: e.g. those of an earlier run still shutting down.
-    """
+    """The stderr logs (where Ray's warnings go) of this job's alive ``class_name`` actors, via the state
+    API; ids in ``exclude`` are skipped (e.g. an earlier run's, still shutting down)."""
     import ray
     from ray.util.state import get_log
 
@@ -389,11 +368,8 @@ def actor_logs(class_name: str, job_id: str | None = None, exclude: Iterable[str
 
 
 def barrier_warning(job_id: str | None = None, exclude: Iterable[str] = ()) -> str | None:
-    """Ray Train's warning that a ``report`` barrier is missing ranks, from its SynchronizationActor's log.
-
-    Read through the state API (``get_log``): the same text Ray prints, as soon as Ray prints it.
-    ``exclude``: ids of SynchronizationActors not to read (an earlier run's, see ``HangWatch``).
-    """
+    """Ray Train's warning that a ``report`` barrier is missing ranks, from its SynchronizationActor's
+    log (``get_log``: as soon as Ray prints it); ``exclude``: ids not to read (see ``HangWatch``)."""
     for text in actor_logs(SYNC_ACTOR_CLASS, job_id, exclude):
         if BARRIER_WARNING in text:
             return warning_block(text)
@@ -415,16 +391,13 @@ def warning_block(log: str) -> str:
 
 
 class HangWatch:
-    """Dump a run's workers once Ray's own signal says the hang is live; run it around ``fit()``.
+    """Dump a run's workers once Ray's own signal says the hang is live; ``start()`` before ``fit()``,
+    ``join()`` after (the watch runs on a thread).
 
     ``signal`` is polled every ``poll_s`` (default: Ray Train's barrier warning naming a missing
-    rank, which Ray logs every ``RAY_TRAIN_COLLECTIVE_WARN_INTERVAL_S``). When it answers, every
-    worker of ``run_name`` is dumped at once, while the hang still holds. ``fit()`` blocks the
-    notebook, so the watch runs on a thread: ``start()`` before, ``join()`` after.
-
-    The default signal reads only SynchronizationActors that were not alive at ``start()``: an
-    earlier run's, still shutting down, keeps its own barrier warning in its log, and answering
-    to it would dump this run's workers before they reach the hang.
+    rank, logged every ``RAY_TRAIN_COLLECTIVE_WARN_INTERVAL_S``); when it answers, every worker of
+    ``run_name`` is dumped while the hang holds. The default reads only SynchronizationActors not
+    alive at ``start()``: an earlier run's, still shutting down, keeps its own barrier warning.
     """
 
     def __init__(
@@ -453,7 +426,6 @@ class HangWatch:
         return self
 
     def _run(self) -> None:
-
         deadline = time.monotonic() + self.timeout_s
         try:
             while not self._stop.is_set() and time.monotonic() < deadline:
@@ -468,11 +440,8 @@ class HangWatch:
             self.error = err
 
     def report(self, headline: str) -> str:
-        """``headline`` and what the watch saw: the warning, how long the dumps took, every stack.
-
-        For an assertion's message: a dump that came too late (the timeout had already ended the
-        hang) shows here as a long dump time and a rank no longer in its report line.
-        """
+        """``headline`` and what the watch saw (the warning, how long the dumps took, every stack), for
+        an assertion's message: a dump that came too late shows as a long dump time."""
         took = max((s.taken_at for s in self.stacks), default=None)
         timing = (
             f"dumped {took - self.signalled_at:.1f} s after the warning was read"
@@ -492,20 +461,13 @@ class HangWatch:
         return self
 
 
-# Ray Data's coordinator of a streaming_split, and its warning when a reader has waited 30 s for the
-# others (its barrier state is private: see course_utils.rayinternals).
-
-
 class SplitHangError(RuntimeError):
     """A reader of a ``streaming_split`` waited too long: some other split was never read."""
 
 
 class SplitReader:
-    """Stands in for a training worker that reads its shard of ``Dataset.streaming_split``.
-
-    Use as ``ray.remote(num_cpus=0)(SplitReader)``. ``where()`` says which process it is; ask it
-    before ``read_shard``, which can block the actor for ever.
-    """
+    """Stands in for a training worker that reads its shard of ``Dataset.streaming_split``. Use as
+    ``ray.remote(num_cpus=0)(SplitReader)``; ask ``where()`` before ``read_shard`` (it can block for ever)."""
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -544,10 +506,7 @@ def wait_for_readers(
     refs: list[Any], timeout_s: float, since: float, stacks: list[WorkerStack] = ()
 ) -> list[Any]:
     """``ray.get`` the readers' results, but raise ``SplitHangError`` instead of waiting for ever.
-
-    ``since`` is when the reads started (``time.monotonic()``); ``stacks`` (from ``worker_stacks``)
-    name the readers that are not in their reading code.
-    """
+    ``since``: when the reads started (``time.monotonic()``); ``stacks`` name the idle readers."""
     import ray
 
     try:
