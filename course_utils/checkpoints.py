@@ -1,10 +1,9 @@
 """Training state on disk: rank 0 writes, every rank reports, loads are ``weights_only``.
 
-A checkpoint directory holds ``state.pt`` (model, optimizer, epoch, metric history, RNG
-states: everything exact resumption needs) and ``history.json`` (the same history, readable).
-It is written into a fresh temp dir, loaded back once to prove it is whole, and only then
-handed to ``ray.train.report``: a crash while writing never leaves a reported checkpoint that
-fails to load.
+A checkpoint directory holds ``state.pt`` (everything exact resumption needs) and
+``history.json`` (the metric history, readable). It is written into a fresh temp dir and loaded
+back once before ``ray.train.report`` gets it: a crash while writing never leaves a reported
+checkpoint that fails to load.
 """
 
 from __future__ import annotations
@@ -46,11 +45,9 @@ def _pid_alive(pid: int) -> bool:
 def sweep_orphaned_temp_dirs(root: str | Path | None = None) -> list[Path]:
     """Remove the checkpoint temp folders whose writing process is gone; return them.
 
-    A rank-0 worker killed while ``report`` copies its checkpoint (lesson 04's SIGKILL, a retry
-    that ends the worker group, an upload still pending when a run stops) never reaches the code
-    that deletes the folder, and each holds a whole training state (≈ 130 MB for ResNet-18 with
-    Adam). Only folders of this course's naming whose pid no longer exists are touched: a live
-    process may still be uploading its own.
+    A rank 0 killed while ``report`` copies its checkpoint (lesson 04's SIGKILL, a retry, an upload
+    pending when a run stops) never deletes its folder (≈ 130 MB for ResNet-18 with Adam). Only
+    folders whose pid no longer exists are touched: a live process may still be uploading its own.
     """
     removed = []
     for folder in Path(root or tempfile.gettempdir()).glob(f"{TEMP_PREFIX}*-*"):
@@ -219,13 +216,9 @@ def rank0_snapshot(
 
 
 def save_wait_s(state: dict[str, Any], destination: str | Path, rounds: int = 3) -> dict[str, float]:
-    """Seconds a training step waits for one save of ``state``, best of ``rounds``, both ways.
-
-    ``sync``: what ``rank0_checkpoint`` + a synchronous ``report`` do before training goes on
-    (write the folder, load it back, copy it into ``destination``, as Ray copies it to storage).
-    ``async``: what ``rank0_snapshot`` does (copy the state in memory); the rest runs on Ray's
-    upload thread. Measured in this process, with no Ray Train run.
-    """
+    """Seconds a training step waits for one save of ``state``, best of ``rounds``, both ways, in this
+    process: ``sync`` as ``rank0_checkpoint`` + a synchronous ``report`` (write, load back, copy into
+    ``destination`` as Ray copies to storage); ``async`` as ``rank0_snapshot`` (a copy in memory)."""
     destination = Path(destination)
     best = {"sync": float("inf"), "async": float("inf")}
     for _ in range(rounds):

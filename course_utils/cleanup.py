@@ -1,21 +1,18 @@
 """Remove what the course made for this learner, and only that: actors, runs, outputs, data copy.
 
 A workshop shares one ``COURSE_STORAGE`` and one cluster, so "the course's" means "this
-learner's" (``config.learner()``, from ``COURSE_LEARNER`` or the OS user name):
+learner's" (``config.learner()``):
 
-- storage: only the learner's folder ``<COURSE_STORAGE>/course-<learner>`` is emptied, and only
-  when it carries the course's ownership record naming this learner (``storage.OWNER_FILE``).
-  Teammates' folders and anything else in ``COURSE_STORAGE`` stay, locally and on ``s3://``;
-  a ``COURSE_STORAGE`` of ``.``, ``/tmp`` or the home folder loses only ``course-<learner>``'s contents;
+- storage: only ``<COURSE_STORAGE>/course-<learner>`` is emptied, and only when it carries the
+  course's ownership record naming this learner (``storage.OWNER_FILE``); everything else in
+  ``COURSE_STORAGE`` (``.``, ``/tmp``, a teammate's folder) stays, locally and on ``s3://``;
 - actors: only named ``course-*`` actors in the learner's Ray namespace ``course-<learner>``;
-- data: never in a lesson. The offline MNIST copy under ``COURSE_DATA`` is shared by every learner
-  who points there, so lesson 06 keeps it and says how to remove it (``./build.sh clean --data``,
-  ``maintainer_tools.clean_data``) once nobody needs it; a MNIST the course did not write is never removed.
+- data: never in a lesson. The offline MNIST copy is shared by every learner pointing
+  ``COURSE_DATA`` there, so lesson 06 keeps it and says how to remove it (``./build.sh clean --data``).
 
-Deleting a local path is fenced. It is deleted only when it lies strictly inside the
-learner's storage folder or the build folder, or is the course's own offline MNIST copy.
-Everything else, including a symlink inside those folders that leads out of them, is refused
-with ``CleanupRefused`` before anything is deleted. The folders themselves stay, only emptied.
+Deleting a local path is fenced: only strictly inside the learner's storage folder or the build
+folder, or the course's own offline MNIST copy. Anything else, a symlink leading out included, is
+refused with ``CleanupRefused`` before anything is deleted. The folders themselves stay, emptied.
 """
 
 from __future__ import annotations
@@ -91,11 +88,8 @@ def human_bytes(n: float) -> str:
 
 
 def offline_data_copy() -> Path | None:
-    """The course's offline MNIST copy under ``COURSE_DATA`` (it carries the offline marker), or None.
-
-    It is shared: whichever learner prepared it, everyone pointing ``COURSE_DATA`` there reads it.
-    A MNIST the course did not write (a torchvision download, a folder you pointed at) is None.
-    """
+    """The course's offline MNIST copy under ``COURSE_DATA`` (it carries the offline marker), or None
+    for a MNIST the course did not write (a torchvision download, a folder you pointed at)."""
     from course_utils.data import OFFLINE_MARKER
 
     copy = data_root() / "MNIST"
@@ -112,8 +106,8 @@ def learner_storage_dir() -> Path | None:
 
 
 def allowed_roots() -> dict[str, Path]:
-    """Local folders whose contents cleanup may delete: the learner's storage folder (when local
-    and a real folder), build, data copy."""
+    """Local folders whose contents cleanup may delete: the learner's storage folder (local, not a
+    symlink), build, data copy."""
     roots: dict[str, Path] = {}
     mine = learner_storage_dir()
     if mine is not None and not mine.is_symlink():
@@ -224,8 +218,8 @@ def storage_entries() -> list[str]:
 
 
 def storage_left_alone() -> list[str]:
-    """Everything else at the top of ``COURSE_STORAGE``: teammates' folders, foreign files.
-    Cleanup never touches these; lesson 06 lists them."""
+    """Everything else at the top of ``COURSE_STORAGE`` (teammates' folders, foreign files), which
+    cleanup never touches; lesson 06 lists them."""
     import pyarrow.fs as pafs
 
     from course_utils.storage import filesystem_and_root
@@ -265,12 +259,9 @@ def _remove_remote(uri: str, dry_run: bool) -> Removed:
 
 
 def clean_storage(dry_run: bool = False) -> list[Removed]:
-    """Empty this learner's folder ``<COURSE_STORAGE>/course-<learner>`` (local or ``s3://``).
-
-    Only a folder carrying the course's ownership record for this learner is emptied; the
-    folder and its record stay. Nothing else in ``COURSE_STORAGE`` is touched. Every entry is
-    checked before any is deleted, so a refusal leaves everything in place.
-    """
+    """Empty this learner's folder ``<COURSE_STORAGE>/course-<learner>`` (local or ``s3://``), only
+    when it carries the course's record for this learner; the folder and record stay. Every entry is
+    checked before any is deleted, so a refusal leaves everything in place."""
     import pyarrow.fs as pafs
 
     from course_utils.storage import learner_filesystem_and_root
@@ -309,11 +300,8 @@ def data_copy_note() -> str:
 
 
 def objects_held_here() -> tuple[int, int]:
-    """``(objects, bytes)`` this driver process keeps alive in Ray's object store by holding references
-    (``ray.put`` results, task results), from Ray's state API (it needs the dashboard, as the course's Ray has).
-
-    Ray frees such an object only once no reference to it is left: dropping the Python names is what frees it.
-    """
+    """``(objects, bytes)`` this driver keeps alive in Ray's object store by holding references
+    (``ray.put`` and task results), from the state API. Dropping the Python names is what frees them."""
     import ray
     from ray.util.state import list_objects
 
@@ -330,11 +318,8 @@ def objects_held_here() -> tuple[int, int]:
 
 
 def course_actors() -> list[dict[str, str]]:
-    """This learner's named course actors: names starting with ``inference.ACTOR_PREFIX`` in the
-    learner's namespace ``course-<learner>``. Other learners' actors on the cluster are not listed.
-
-    Uses Ray's actor registry, which works with or without the dashboard.
-    """
+    """This learner's named course actors (``inference.ACTOR_PREFIX`` in the namespace
+    ``course-<learner>``), from Ray's actor registry, which needs no dashboard."""
     import ray
 
     from course_utils.inference import ACTOR_PREFIX
@@ -372,9 +357,8 @@ def kill_course_actors(timeout_s: float = 30.0) -> list[str]:
 def alive_course_actors(
     class_names: tuple[str, ...] = ("ModelWorker", "BatchPredictor"),
 ) -> list[dict[str, Any]]:
-    """This learner's course actors still alive: Ray's state API (by class, in the learner's
-    namespace) when the dashboard runs, plus the named-actor registry (which needs no dashboard).
-    Other learners' actors on a shared cluster are not listed."""
+    """This learner's course actors still alive: the state API's (by class, in the learner's
+    namespace) when the dashboard runs, plus the named-actor registry's."""
     import ray
 
     alive: list[dict[str, Any]] = []

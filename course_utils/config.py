@@ -1,29 +1,21 @@
 """Course settings: the profile (smoke | full | auto) and where data and storage live.
 
-Environment overrides, read when a function is called (never at import time). The getters here
-only compute names and paths: nothing is created or written. The course's folders are made (and
-checked for write access, and the learner's storage folder marked as the course's) where the
-course first writes: ``data.ensure_mnist`` for ``COURSE_DATA``, ``storage.prepare_learner_storage``
-for ``COURSE_STORAGE`` (called by ``session.start_ray``, ``storage.ray_storage``,
-``storage.local_output_dir`` and the Parquet export).
+Environment overrides, read when a function is called (never at import time). The getters only
+compute names and paths; folders are made (and checked writable) where the course first writes:
+``data.ensure_mnist`` for ``COURSE_DATA``, ``storage.prepare_learner_storage`` for ``COURSE_STORAGE``.
 
-- ``COURSE_PROFILE``: ``smoke``, ``full`` or ``auto`` (default ``auto``: ``full`` when a GPU
-  is visible, else ``smoke``).
+- ``COURSE_PROFILE``: ``smoke``, ``full`` or ``auto`` (default: ``full`` when a GPU is visible).
 - ``COURSE_DATA``: folder that holds MNIST (default ``<home>/data``).
 - ``COURSE_STORAGE``: where Ray Train writes runs and checkpoints: a local folder, a shared
   mount, or ``s3://bucket/prefix`` (default ``<home>/storage``).
-
-- ``COURSE_S3_ENDPOINT``: URL of an S3-compatible store (MinIO, Ceph, a local moto server) when
-  ``COURSE_STORAGE`` is ``s3://...``; unset means AWS. Credentials come from the standard
-  ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (/ ``AWS_SESSION_TOKEN``, ``AWS_REGION``).
-- ``COURSE_LEARNER``: who is taking the course (default: the OS user name). A workshop shares one
-  ``COURSE_STORAGE`` and one cluster: each learner's runs and outputs live in
-  ``<COURSE_STORAGE>/course-<learner>/`` and the course's actors in the Ray namespace
+- ``COURSE_S3_ENDPOINT``: URL of an S3-compatible store (MinIO, Ceph, moto) for ``s3://`` storage;
+  unset means AWS. Credentials come from the standard ``AWS_*`` variables.
+- ``COURSE_LEARNER``: who is taking the course (default: the OS user name). Each learner's runs
+  live in ``<COURSE_STORAGE>/course-<learner>/`` and actors in the Ray namespace
   ``course-<learner>``, so lesson 06 removes only that learner's things.
 
-``<home>`` (``course_home``) is the repository in a checkout; where the package was installed on
-its own (Colab, a lesson downloaded alone: the lesson's install cell), the folder the notebook runs
-in, so that everything a lesson writes stays beside it.
+``<home>`` (``course_home``) is the repository in a checkout, else (a lesson's install cell) the
+folder the notebook runs in, so that everything a lesson writes stays beside it.
 """
 
 from __future__ import annotations
@@ -139,11 +131,7 @@ def is_remote_uri(path: str) -> bool:
 
 
 def storage_root() -> str:
-    """Where Ray Train writes runs (``COURSE_STORAGE``): an absolute local path or a URI.
-
-    ``storage.prepare_learner_storage`` creates a local folder and checks it is writable, so a
-    bad setting fails in the first cell (``session.start_ray``) rather than inside a worker.
-    """
+    """Where Ray Train writes runs (``COURSE_STORAGE``): an absolute local path or a URI."""
     raw = os.environ.get("COURSE_STORAGE") or str(course_home() / "storage")
     if is_remote_uri(raw):
         scheme, _, rest = raw.partition("://")
@@ -174,10 +162,8 @@ LEARNER_CHARS = "1-32 letters, digits, '.', '_' or '-', starting with a letter o
 
 
 def learner() -> str:
-    """Who is taking the course: ``COURSE_LEARNER``, else the OS user name; validated.
-
-    It names the learner's storage folder and Ray namespace, so it must be a short, safe name.
-    """
+    """Who is taking the course: ``COURSE_LEARNER``, else the OS user name; validated (it names the
+    learner's storage folder and Ray namespace)."""
     raw = os.environ.get("COURSE_LEARNER", "").strip()
     source = "COURSE_LEARNER"
     if not raw:
@@ -208,13 +194,8 @@ def learner_namespace() -> str:
 
 
 def learner_storage_root() -> str:
-    """This learner's folder in the course storage: ``<COURSE_STORAGE>/course-<learner>``.
-
-    Every run, output and Parquet copy of the course goes here (``storage.ray_storage`` hands
-    it to ``RunConfig``), so learners sharing one ``COURSE_STORAGE`` never touch each other's
-    files. Only the name: ``storage.prepare_learner_storage`` creates the folder with its
-    ownership record (``storage.OWNER_FILE``), the mark lesson 06 requires before it empties it.
-    """
+    """This learner's folder in the course storage: ``<COURSE_STORAGE>/course-<learner>``, where every
+    run, output and Parquet copy goes. Only the name: ``storage.prepare_learner_storage`` creates it."""
     root = storage_root()
     if is_remote_uri(root):
         return f"{root}/{learner_folder()}"

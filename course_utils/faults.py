@@ -1,16 +1,13 @@
 """Fire-once fault injection for the fault-tolerance lesson and its tests.
 
-A fault is a plain dict (it travels in ``train_loop_config``) naming a marker file and the
-pyarrow filesystem it lives on (``Markers``: the course storage, which every node of a cluster
-sees; a plain path: this machine's disk). The fault fires only while the marker does not
-exist and creates it just before firing: restarted workers are new processes, maybe on another
-machine, and remember nothing, but the file survives, so the fault fires exactly once per marker.
+A fault is a plain dict (it travels in ``train_loop_config``) naming a marker file and its
+pyarrow filesystem (``Markers``: the course storage, which every node sees). It fires only while
+the marker does not exist and creates it just before firing: restarted workers, maybe on another
+machine, remember nothing, but the file survives, so the fault fires once per marker.
 
-A loop wraps its batches in ``inject(loader, spec, rank=..., epoch=...)``, so the fault fires
-before the chosen step. Three ways to fail: ``how="raise"`` (a Python error in the loop),
-``how="kill"`` (the worker SIGKILLs itself) and ``how="external"`` (the worker only announces
-where it is; a driver-side ``ExternalKiller`` finds its pid through Ray's state API and SIGKILLs
-it from outside, on the worker's own machine).
+A loop wraps its batches in ``inject(loader, spec, rank=..., epoch=...)``. Three ways to fail:
+``how="raise"``, ``how="kill"`` (the worker SIGKILLs itself) and ``how="external"`` (the worker
+announces where it is; the driver's ``ExternalKiller`` SIGKILLs it on its own machine).
 """
 
 from __future__ import annotations
@@ -38,9 +35,8 @@ class Marker(NamedTuple):
 
 
 class Markers:
-    """A folder of fault markers in this learner's course storage (a local folder, a shared mount or
-    S3): every node of a cluster sees it, so a fault that fired on one machine stays fired when the
-    restarted rank runs on another. ``markers / "name"`` is a ``Marker`` for ``crash_once``."""
+    """A folder of fault markers in this learner's course storage, which every node sees: a fault that
+    fired on one machine stays fired when the rank restarts on another; ``markers / "name"``: a ``Marker``."""
 
     def __init__(self, name: str):
         from course_utils import storage
@@ -101,14 +97,11 @@ def crash_once(
 ) -> dict[str, Any]:
     """A fault spec: ``rank`` fails at ``step`` of ``epoch`` the first time it gets there.
 
-    ``how="raise"`` raises ``InjectedFault`` (a Python error in the loop);
-    ``how="kill"`` SIGKILLs the worker's own process (a machine or OOM-killer style death);
-    ``how="external"`` only writes the marker (with the worker's pid) for an ``ExternalKiller``.
-    ``marker``: a ``Marker`` (``Markers(...) / "name"``, seen by every node) or a local path.
-    ``during="checkpoint"`` fires while rank ``rank`` writes the checkpoint after ``step``
-    instead of before the batch. ``delay_s`` waits before failing: Ray Train registers a
-    reported checkpoint only when its controller next polls the workers, so a crash within
-    about a second of ``report()`` can lose that checkpoint (the run then resumes one earlier).
+    ``how="raise"`` raises ``InjectedFault``; ``how="kill"`` SIGKILLs the worker's own process (an
+    OOM-killer style death); ``how="external"`` only writes the marker (with the worker's pid) for an
+    ``ExternalKiller``. ``marker``: a ``Marker`` (seen by every node) or a local path.
+    ``during="checkpoint"`` fires while the rank writes the checkpoint after ``step``. ``delay_s``
+    waits before failing, so the last reported checkpoint counts (see ``settle_s``).
     """
     if how not in HOWS:
         raise ValueError(f"how must be one of {', '.join(map(repr, HOWS))}, not {how!r}")
@@ -220,9 +213,8 @@ def sigkill_train_worker(pid: int) -> None:
 
 
 def kill_on_its_node(pid: int, node_id: str | None) -> str:
-    """SIGKILL Ray Train worker ``pid`` on its own node: from here when it runs on the driver's node
-    (or the node is unknown), else from a zero-CPU task pinned to that node, as the machine's own
-    OOM killer would. Says where the kill was sent from."""
+    """SIGKILL Ray Train worker ``pid`` on its own node: from here on the driver's node (or an unknown
+    one), else from a zero-CPU task pinned to that node. Says where the kill was sent from."""
     import ray
 
     here = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
@@ -240,11 +232,9 @@ def kill_on_its_node(pid: int, node_id: str | None) -> str:
 class ExternalKiller:
     """Kill a Ray Train worker from outside, the way a lost machine or the OOM killer would.
 
-    Runs a daemon thread on the driver. It waits for the marker of an ``how="external"`` fault
-    spec (written by the worker when it reaches the chosen epoch and step), checks with Ray's
-    state API that the pid in it is an alive ``RayTrainWorker`` actor, and has it SIGKILLed on its
-    own node (``kill_on_its_node``). Fires once: a restarted run finds the marker and the thread
-    already done.
+    A driver thread waits for the marker of a ``how="external"`` spec (written by the worker at the
+    chosen step), checks with Ray's state API that its pid is an alive ``RayTrainWorker``, and has it
+    SIGKILLed on its own node (``kill_on_its_node``). Fires once.
     """
 
     def __init__(self, spec: dict[str, Any], timeout_s: float = 600.0, poll_s: float = 0.1):

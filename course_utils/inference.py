@@ -1,20 +1,15 @@
 """Predictions from a training checkpoint: the plumbing around lesson 05's model actor and pool.
 
-Lesson 05 writes the two ways to serve a checkpoint in its ``#@save`` cells (exported to
-``course_utils.lesson_inference``): ``ModelWorker``/``start_model_worker``, a Ray actor that loads
-the model once and answers ``predict`` calls (once per image: a round trip and a batch-of-one
-forward pass per digit), and ``BatchPredictor``/``batch_predict``, a class for
-``Dataset.map_batches`` run by a pool of actors (``ray.data.ActorPoolStrategy``). This module holds
-what they stand on: the resources an actor asks for and its course name, the pool sized to the
-free slots (``pool_for``), the model traced to TorchScript once on the driver
-(``torchscript_bytes``) and loaded by each actor (``load_torchscript``: frozen, oneDNN fusions,
-≈ 1.5× eager images/s on CPU), the Dataset of digits and the predictions pulled back.
-
-Timing them side by side is ``course_utils.inference_timing``.
+Lesson 05 writes the two ways to serve a checkpoint in its ``#@save`` cells
+(``course_utils.lesson_inference``): ``ModelWorker``, an actor answering one ``predict`` call per
+image, and ``BatchPredictor``/``batch_predict``, ``Dataset.map_batches`` on a pool of actors. This
+module holds what they stand on: an actor's resources and course name, the pool sized to the free
+slots (``pool_for``), the model traced to TorchScript once on the driver and loaded by each actor,
+the Dataset of digits and the predictions pulled back (timing them: ``inference_timing``).
 
 Actors ask for one CPU, and for a GPU only when the cluster has one. Their names start with
-``ACTOR_PREFIX`` and they live in the learner's Ray namespace (``config.learner_namespace()``,
-``course-<learner>``), so lesson 06 finds and removes what this learner left running, and only that.
+``ACTOR_PREFIX`` and they live in the learner's Ray namespace (``course-<learner>``), so lesson 06
+finds and removes what this learner left running, and only that.
 """
 
 from __future__ import annotations
@@ -35,10 +30,8 @@ NUM_CLASSES = 10
 
 
 def model_worker_options(use_gpu: bool | None = None) -> dict[str, float]:
-    """Ray resources for one model actor: 1 CPU, plus 1 GPU only when one exists.
-
-    ``use_gpu=None`` asks the running cluster (or, without Ray, this machine) whether it has a GPU.
-    """
+    """Ray resources for one model actor: 1 CPU, plus 1 GPU only when one exists (``use_gpu=None``
+    asks the running cluster or, without Ray, this machine)."""
     if use_gpu is None:
         import ray
 
@@ -51,9 +44,7 @@ def model_worker_options(use_gpu: bool | None = None) -> dict[str, float]:
 def gpu_share(pool_size: int, gpus: float) -> float:
     """The GPU each of ``pool_size`` model actors asks for on a cluster with ``gpus`` GPUs: a whole
     one when there are enough, else an equal share (1 GPU, 2 actors: 0.5 each); 0 without GPUs.
-
-    Inference holds one model and one batch at a time, a small part of a GPU's memory, so actors
-    can share a GPU; Ray documents fractional ``num_gpus`` for exactly this.
+    One model and one batch use a small part of a GPU, so actors can share one (fractional ``num_gpus``).
     """
     if gpus <= 0:
         return 0.0
@@ -80,11 +71,10 @@ class PoolPlan:
     def actor_options(self) -> dict[str, float]:
         """``num_cpus``/``num_gpus`` for ``map_batches`` (each actor of the pool).
 
-        With a GPU share and 1 CPU, ``num_cpus`` is left out: Ray Data reserves 1 CPU for a GPU map by
-        itself, and names both only with a warning that the pairing is "experimental". With
-        ``num_cpus`` per actor Ray sets ``OMP_NUM_THREADS``, so torch uses that many threads in the
-        actor. (The pool itself is ``ActorPoolStrategy(size=...)``, Ray's spelling since 2.51;
-        ``concurrency=`` is deprecated.)
+        With a GPU share and 1 CPU, ``num_cpus`` is left out: Ray Data reserves 1 CPU for a GPU map
+        itself, and warns that naming both is "experimental". ``num_cpus`` sets the actor's
+        ``OMP_NUM_THREADS``, so torch's threads. (The pool is ``ActorPoolStrategy(size=...)``: Ray's
+        spelling since 2.51, ``concurrency=`` is deprecated.)
         """
         if not self.num_gpus:
             return {"num_cpus": self.num_cpus}
@@ -108,13 +98,11 @@ def plan_pool(
 ) -> PoolPlan:
     """How big a batch-inference pool can be on the running cluster now, and each actor's resources.
 
-    Each actor takes ``cpus_per_actor`` CPUs and, on a cluster with GPUs, ``gpu_share`` of one. The
-    pool starts with as many actors as are free now (at most ``pool_size``): never more, because
-    a pool whose actors cannot all start may never finish, and actors waiting for slots that a
-    neighbour's run holds would wait silently. ``size == 0`` means not even one fits now
-    (``pool_for`` waits in line then). Raises ``session.ResourceError`` at once, in one sentence with
-    the numbers, when one actor could never fit on any node of this cluster. ``total``/``free``/
-    ``nodes`` default to the running cluster's (tests pass their own).
+    Each actor takes ``cpus_per_actor`` CPUs and, with GPUs, ``gpu_share`` of one. The pool gets at
+    most as many actors as fit now: a pool whose actors cannot all start may never finish, and
+    actors waiting for a neighbour's slots would wait silently (``size == 0``: ``pool_for`` waits in
+    line). ``session.ResourceError``, with the numbers, when one actor could never fit on any node.
+    ``total``/``free``/``nodes`` default to the running cluster's.
     """
     import ray
 
@@ -181,11 +169,8 @@ def _load(checkpoint: Any) -> tuple[torch.nn.Module, torch.device]:
 
 
 def torchscript_bytes(checkpoint: Any) -> bytes:
-    """The checkpoint's model traced to TorchScript, as bytes a Ray actor can load without its code.
-
-    Traced once on the driver, so the actors of a batch-inference pool neither import the model's
-    code (torchvision) nor trace it again: each starts ≈ 2 s sooner on this machine.
-    """
+    """The checkpoint's model traced to TorchScript, as bytes a Ray actor can load without its code:
+    the pool's actors neither import torchvision nor trace again (each started ≈ 2 s sooner here)."""
     import io
 
     model, device = _load(checkpoint)
@@ -200,10 +185,9 @@ def torchscript_bytes(checkpoint: Any) -> bytes:
 def load_torchscript(blob: bytes, device: torch.device) -> Any:
     """A ``torchscript_bytes`` model on ``device``, ready for batches; on CPU also frozen and fused.
 
-    ``torch.jit.optimize_for_inference`` folds each BatchNorm into its convolution and fuses
-    conv + ReLU: measured here ≈ 1.5× the images/s of the eager model on one core, same
-    predictions, for ≈ 0.3 s once per process. (The fused model cannot be saved, so every
-    process fuses its own copy.)
+    ``torch.jit.optimize_for_inference`` folds BatchNorm into the convolutions and fuses conv + ReLU:
+    ≈ 1.5× the eager images/s on one core here, for ≈ 0.3 s once per process (the fused model
+    cannot be saved, so every process fuses its own).
     """
     import io
 
@@ -242,10 +226,8 @@ def slots_needed(resources: dict[str, float]) -> dict[str, float]:
 
 
 def images_dataset(images: np.ndarray, labels: np.ndarray | None = None, blocks: int = 4):
-    """A Ray Dataset with an ``image`` tensor column (and ``label``) in ``blocks`` blocks.
-
-    Several blocks, so every actor of a pool gets work (one block goes to one actor at a time).
-    """
+    """A Ray Dataset with an ``image`` tensor column (and ``label``) in ``blocks`` blocks, so every
+    actor of a pool gets work (one block goes to one actor at a time)."""
     import pyarrow as pa
     import ray.data
     from ray.data.extensions import ArrowTensorArray
@@ -266,10 +248,8 @@ def images_dataset(images: np.ndarray, labels: np.ndarray | None = None, blocks:
 def collect_predictions(
     predicted_ds: Any, timings: dict[str, float] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(labels, predictions) of a ``batch_predict`` Dataset, pulled to the driver.
-
-    With ``timings``, records ``first_batch_at`` (``time.perf_counter()`` when the first predictions arrived).
-    """
+    """(labels, predictions) of a ``batch_predict`` Dataset, pulled to the driver. With ``timings``,
+    records ``first_batch_at`` (``time.perf_counter()`` when the first predictions arrived)."""
     labels, predictions = [], []
     for batch in predicted_ds.iter_batches(batch_size=None, batch_format="numpy"):
         if timings is not None and not predictions:
@@ -333,10 +313,8 @@ def trained_result(run_name: str | None = None):
 
 
 def placeholder_checkpoint(directory: str | Path | None = None) -> Path:
-    """A checkpoint dir holding an untrained ResNet-18: for speed tests, where weights don't matter.
-
-    By default it goes into the course storage (``local_output_dir``), where lesson 06 removes it.
-    """
+    """A checkpoint dir holding an untrained ResNet-18, for speed tests; by default in the course
+    storage (``local_output_dir``), where lesson 06 removes it."""
     from course_utils.checkpoints import training_state, write_checkpoint_dir
     from course_utils.model import build_resnet18
     from course_utils.storage import local_output_dir
@@ -347,11 +325,8 @@ def placeholder_checkpoint(directory: str | Path | None = None) -> Path:
 
 
 def available_checkpoint(run_name: str | None = None) -> tuple[Any, str]:
-    """(checkpoint, description): lesson 02's best when it exists, else an untrained model.
-
-    For the benchmark and the cleanup demo: speed does not depend on the weights, so neither
-    trains just to get some.
-    """
+    """(checkpoint, description): lesson 02's best when it exists, else an untrained model (speed does
+    not depend on the weights, so the benchmark and the cleanup demo never train for one)."""
     from course_utils.storage import LESSON02_RUN, result_from_run, run_exists
 
     run_name = run_name or LESSON02_RUN

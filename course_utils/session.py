@@ -64,12 +64,9 @@ DISK_HEADROOM_BYTES = 3 * 2**30
 def disk_guard(
     temp_dir: str | Path, headroom: int = DISK_HEADROOM_BYTES
 ) -> tuple[dict[str, str], str | None]:
-    """(raylet settings, note for the learner) for a local Ray whose session folder is under ``temp_dir``.
-
-    Nothing when the disk is below Ray's 95% or the learner set Ray's threshold. Over it, with at
-    least ``headroom`` free, the threshold that keeps ``headroom`` free; with less, Ray's own guard
-    stays and the note says to free space first.
-    """
+    """(raylet settings, note for the learner) for a local Ray whose session folder is under ``temp_dir``:
+    nothing below Ray's 95% or when the learner set Ray's threshold; over it, the threshold that keeps
+    ``headroom`` free, or (with less free) Ray's own guard and a note to free space first."""
     import shutil
 
     from course_utils import rayinternals
@@ -147,13 +144,10 @@ def _session(connected: bool) -> RaySession:
 def _course_settings(profile: str | None) -> dict[str, str]:
     """The driver's course settings, resolved, for the workers of a cluster we connect to.
 
-    On a cluster the workers run ``course_utils`` from the copy Ray shipped into its
-    ``runtime_resources`` folder, so a default derived from the package's location (the data
-    folder next to the repo) would point inside that copy. Absolute values from the driver
-    keep every worker on the same data and storage (the profile too, so ``auto`` means the
-    same on a GPU-less driver and a GPU worker), and the learner (a worker may run as another
-    OS user, whose name would be another learner's folder). Credentials are not shipped: S3
-    access travels with the ``storage_filesystem`` object Ray pickles for its workers.
+    Workers there run ``course_utils`` from the copy Ray shipped into ``runtime_resources``, so a
+    default derived from the package's location would point inside that copy. The driver's values
+    keep every worker on the same data, storage, profile (``auto`` on a GPU-less driver) and learner
+    (a worker may run as another OS user). Credentials travel with the pickled ``storage_filesystem``.
     """
     from course_utils import config
 
@@ -174,9 +168,8 @@ def start_ray(
 ) -> RaySession:
     """Start local Ray, or connect to ``RAY_ADDRESS``; a second call just reports the session.
 
-    The driver joins the learner's Ray namespace (``course-<learner>``): the course's actors,
-    Ray Data's actor pools included, live there, so lesson 06 on a shared cluster finds this
-    learner's actors and never another learner's.
+    The driver joins the learner's Ray namespace (``course-<learner>``), where the course's actors
+    live, so lesson 06 on a shared cluster finds this learner's actors and never another's.
     """
     import ray
 
@@ -273,10 +266,7 @@ def _connect(address: str, runtime_env: dict[str, Any], init_kwargs: dict[str, A
 
 def _refused_for_token(error: BaseException) -> bool:
     """True when a failed ``ray.init`` was the cluster refusing this driver's token (or its absence).
-
-    Ray 2.60 wraps it: ConnectionError from a RuntimeError ("Failed to connect to GCS") whose message
-    carries the ``AuthenticationError`` traceback ("RPC error: InvalidAuthToken") as text.
-    """
+    Ray 2.60 wraps it: a ConnectionError from a RuntimeError whose text holds "InvalidAuthToken"."""
     import ray
 
     seen: set[int] = set()
@@ -317,10 +307,7 @@ def resources_per_worker(scaling_config: Any) -> dict[str, float]:
 
 def cpu_split(scaling_config: Any, cpu_slots: float | None = None) -> tuple[float, str]:
     """(CPU slots left for Ray Data, one sentence saying how the cluster's CPU slots divide) for a fit
-    with ``scaling_config``: training workers on CPUs take a slot each, GPU workers take none.
-
-    ``cpu_slots`` defaults to the running cluster's CPUs.
-    """
+    with ``scaling_config``; ``cpu_slots`` defaults to the running cluster's CPUs."""
     import ray
 
     slots = ray.cluster_resources().get("CPU", 0.0) if cpu_slots is None else float(cpu_slots)
@@ -351,10 +338,9 @@ COORDINATOR_READY_S = 120.0
 def ready_for_fits(timeout_s: float = COORDINATOR_READY_S) -> bool:
     """Wait until Ray's autoscaling coordinator answers, creating it if needed; True once it does.
 
-    Every fit's controller asks it for resources and gives it 5 s (``rayinternals.start_autoscaling_coordinator``
-    says why that fails on a fresh node): waiting here, before the fit, turns that race into a short
-    wait. False, silently, when it does not answer in ``timeout_s`` or this Ray has no such actor:
-    the fit then runs as it would without the course.
+    Every fit's controller gives it 5 s (``rayinternals.start_autoscaling_coordinator`` says why that
+    fails on a fresh node): waiting here turns that race into a short wait. False, silently, when it
+    does not answer in ``timeout_s`` or this Ray has none: the fit then runs as without the course.
     """
     import ray
 
@@ -371,12 +357,9 @@ def ready_for_fits(timeout_s: float = COORDINATOR_READY_S) -> bool:
 
 
 def check_resources(scaling_config: Any, global_batch: int | None = None) -> None:
-    """Fail fast, in plain words, when a ScalingConfig cannot fit the running cluster.
-
-    Without this a too-big request does not fail: Ray Train waits for resources that never
-    come. Elastic configs need only their minimum to fit. With ``global_batch`` also checks it
-    splits evenly across the maximum and minimum worker counts.
-    """
+    """Fail fast, in plain words, when a ScalingConfig cannot fit the running cluster (Ray Train
+    would wait for ever). Elastic configs need only their minimum to fit. With ``global_batch``,
+    also check it splits evenly across the maximum and minimum worker counts."""
     import ray
 
     from course_utils.plan import per_worker_batch
