@@ -1,9 +1,8 @@
 """Lesson 05's side-by-side measurement: one call per image, Ray Data batches, plain PyTorch.
 
-``measure_throughput`` times per-image calls to the model actor, Ray Data batch inference and a
-plain PyTorch ``model(batch)`` loop on the driver (the same model and batch size on the same cores,
-without Ray) side by side, running the lesson's own definitions, which it is given; ``Throughput``
-holds what it measured and says it as a table. ``wait_until_quiet`` lets the CPUs settle first.
+``measure_throughput`` times, side by side, per-image calls to the model actor, Ray Data batch
+inference and a plain PyTorch loop on the driver (same model, batch size and cores, no Ray), with
+the lesson's own definitions; ``Throughput`` holds what it measured and says it as a table.
 """
 
 from __future__ import annotations
@@ -42,11 +41,8 @@ def predict_one_by_one(worker: Any, images: np.ndarray, progress: bool = True) -
 def plain_pytorch_predict(
     checkpoint: Any, images: np.ndarray, *, batch_size: int = 256, threads: int | None = None
 ) -> np.ndarray:
-    """Plain PyTorch on the driver, no Ray: load, then one ``model(batch)`` per ``batch_size`` digits.
-
-    The same traced, fused model as ``BatchPredictor``, with ``threads`` torch threads (default:
-    every core of this machine); the driver's thread setting is restored afterwards.
-    """
+    """Plain PyTorch on the driver, no Ray: load, then one ``model(batch)`` per ``batch_size`` digits,
+    with ``BatchPredictor``'s traced, fused model and ``threads`` torch threads (default: every core)."""
     from course_utils.device import get_device
 
     before = torch.get_num_threads()
@@ -65,12 +61,8 @@ def plain_pytorch_predict(
 
 def wait_until_quiet(busy_pct: float = 25.0, timeout_s: float = 10.0) -> float:
     """Wait until this machine's CPUs are mostly idle (two 0.5 s samples under ``busy_pct``), at
-    most ``timeout_s``; the seconds waited.
-
-    Between timed phases: Ray Data's teardown (actors exiting, blocks freed) goes on for seconds
-    after the last prediction and slowed a plain PyTorch pass started at once by ~12 % here. On a
-    machine that is never quiet (a shared workshop box) each phase starts after ``timeout_s``.
-    """
+    most ``timeout_s``; the seconds waited. Ray Data's teardown goes on for seconds after the last
+    prediction, and slowed a plain PyTorch pass started at once by ~12 % here."""
     import psutil
 
     start, quiet = time.perf_counter(), 0
@@ -118,9 +110,8 @@ def time_batch_inference(
     cpus_per_actor: int = 1,
 ) -> BatchTiming:
     """Time ``pipeline`` (lesson 05's ``batch_predict``) with ``predictor`` over ``images`` end to
-    end: Dataset, actor-pool start-up, model loading and every prediction back on the driver. Four
-    model batches per block: the first predictions come early, and the driver's per-block work stays
-    small (one batch per block was slower here)."""
+    end, pool start-up and model loading included. Four model batches per block: the first
+    predictions come early and the driver's per-block work stays small (one was slower here)."""
     labels = np.zeros(len(images), dtype=np.int64)
     started_at, start = time.time(), time.perf_counter()
     pool = pool_for(pool_size, cpus_per_actor)
@@ -155,14 +146,6 @@ class Throughput:
     @property
     def per_image_rate(self) -> float:
         return self.per_image_images / self.per_image_seconds
-
-    @property
-    def batch_images(self) -> int:
-        return self.batch.images
-
-    @property
-    def batch_seconds(self) -> float:
-        return self.batch.seconds
 
     @property
     def batch_rate(self) -> float:
@@ -242,16 +225,13 @@ def measure_throughput(
     progress: bool = True,
     plain: bool = True,
 ) -> Throughput:
-    """Time the ways side by side on the same digits and the same checkpoint, with lesson 05's
-    ``predictor`` (``BatchPredictor``), ``pipeline`` (``batch_predict``) and ``start_worker``
+    """Time the ways side by side on the same digits and checkpoint, with lesson 05's ``predictor``
+    (``BatchPredictor``), ``pipeline`` (``batch_predict``) and ``start_worker``
     (``start_model_worker``), so a learner's edits to those cells are what is measured.
 
-    Per-image: ``per_image`` sequential ``ray.get(worker.predict.remote(x))`` calls on a
-    loaded, warmed-up ``ModelWorker`` (its start-up is not counted). Batch: the whole Ray Data
-    pipeline, from building the Dataset of ``images`` repeated ``batch_copies`` times to the
-    last prediction on the driver, actor-pool start-up and model loading included. Plain
-    (``plain=True``): ``plain_pytorch_predict`` on the same digits and batch size on the
-    driver, every core, model loading included: what the same cores do without Ray.
+    Per-image: ``per_image`` sequential calls on a warmed-up ``ModelWorker`` (its start-up not
+    counted). Batch: ``time_batch_inference`` over ``images`` repeated ``batch_copies`` times. Plain:
+    ``plain_pytorch_predict`` on the same digits, model loading included.
     """
     import ray
 

@@ -1,19 +1,14 @@
 """What each lesson runs, decided in one place from the profile and the GPUs this machine has.
 
 A lesson asks ``plan.for_lesson("04", data.ensure_mnist(verbose=False))`` and gets every kind of
-fit it makes with real numbers: workers, CPU or GPU, epochs, train and test size (counts taken
-from the data on disk, never ``None``), global batch (a multiple of the worker count) and steps
-per epoch as each rank sees them, plus one line saying why it runs that way here.
+fit it makes with real numbers (workers, CPU or GPU, epochs, sizes counted on disk, a global batch
+that splits evenly, steps per epoch) and one line saying why it runs that way here.
 
-Why a plan at all: the ``full`` profile means "one worker per GPU, all of MNIST", which is right
-for lessons 01-03 but not for lesson 04's failure demos. A rank-1 crash, a SIGKILL of rank 1, a
-two-worker elastic run and a rank that skips ``report`` all need two ranks; a 1-GPU runner has
-one. So lesson 04 runs those demos on two CPU workers when fewer than two GPUs are visible, and
-on one worker per GPU when there are two or more. The elastic demo always uses CPU workers: its
-second "machine" is a Ray node started on this same machine, which would see the same GPUs, and
-two ranks on one GPU is an error for NCCL.
-
-Pure functions: nothing here starts Ray or reads data (the caller passes the data's sizes).
+Why: the ``full`` profile means "one worker per GPU, all of MNIST", which does not suit lesson 04's
+failure demos: they need two ranks, and a 1-GPU runner has one. So they run on two CPU workers
+unless two or more GPUs are visible. The elastic demo always uses CPU workers: its second
+"machine" runs here and would see the same GPUs, and two ranks on one GPU is an error for NCCL.
+Pure functions: nothing here starts Ray or reads data.
 """
 
 from __future__ import annotations
@@ -170,26 +165,18 @@ def for_lesson(lesson: str, mnist: Any, profile: str | None = None, gpus: int | 
 def _eval_split(fit: Profile) -> Run:
     """Lesson 02's "evaluate once, not once per worker": the test set split over the fit's ranks.
 
-    With one worker (one GPU) that worker's share *is* the whole set, and a comparison of the two
-    would compare a thing with itself; the lesson then shows the split for 2 ranks, what a second
-    worker would change, and says so. It runs on the driver, so it needs no second device.
+    With one worker its share *is* the whole set, so the lesson shows the split for 2 ranks, what a
+    second worker would change, and says so (it runs on the driver: no second device needed).
     """
+    what = "10: evaluate once, not once per worker"
     if fit.num_workers >= 2:
-        return Run(
-            "eval_split",
-            fit,
-            f"the fit's {fit.num_workers} ranks each score 1/{fit.num_workers} of the test set",
-            "10: evaluate once, not once per worker",
-            trains=False,
-        )
-    return Run(
-        "eval_split",
-        fit.with_(num_workers=2),
+        why = f"the fit's {fit.num_workers} ranks each score 1/{fit.num_workers} of the test set"
+        return Run("eval_split", fit, why, what, trains=False)
+    why = (
         "the fit has 1 worker, whose share is the whole test set: shown for 2 ranks, "
-        "what a second worker would change",
-        "10: evaluate once, not once per worker",
-        trains=False,
+        "what a second worker would change"
     )
+    return Run("eval_split", fit.with_(num_workers=2), why, what, trains=False)
 
 
 def _lesson04(active: Profile, real: Profile, gpus: int, train: int, test: int) -> dict[str, Run]:
