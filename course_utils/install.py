@@ -1,11 +1,9 @@
 """What a lesson opened on its own (Colab, a notebook downloaded alone) runs to install the course.
 
-The install cell runs before anything else in a lesson. In a checkout (``./build.sh setup``)
-``course_utils`` imports and the cell does nothing. Elsewhere it pip-installs the course with
-pyproject.toml's dependencies: Ray pinned, PyTorch a range, so the runtime's own torch and
-torchvision stay; then ``installed_summary`` says in one line what came. The cell's text, and the
-links above it, are written into every lesson from pyproject.toml's ``[tool.course]`` by
-``./build.sh export`` (``maintainer_tools.publish``). Standard library only: it runs right after pip.
+In a checkout the install cell does nothing. Elsewhere it pip-installs the course (Ray pinned,
+PyTorch a range, so the runtime's own torch and torchvision stay), then ``installed_summary`` says
+in one line what came. ``./build.sh export`` writes the cell (``maintainer_tools.publish``).
+Standard library only: it runs right after pip.
 """
 
 from __future__ import annotations

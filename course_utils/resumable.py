@@ -1,15 +1,10 @@
 """What lesson 04's loops need besides their own code, and what the tests read from their runs.
 
-Lesson 04 writes both of its loops in #@save cells (``course_utils.lesson_code``):
-``train_loop_resumable`` (section 03) continues from ``ray.train.get_checkpoint()`` at the next
-epoch; ``train_loop_mid_epoch`` (section 12) checkpoints every few steps with the iterator position
-of a ``torchdata`` ``StatefulDataLoader``, so a restarted worker group continues at the exact
-next batch. Ray Data's iterator-state resumption is not in open-source Ray;
-the DataLoader path is; ``maintainer_tools.bench.recovery`` times it. ``RunRecord`` is the mid-epoch
-loop's bookkeeping, kept in its checkpoints so a learner (and the tests) can *see* the resumption:
-``attempts`` (where every attempt started, its pid, when it took its first step) and ``seen`` (the
-sample indices every rank trained on). This module imports nothing of ``training``: the lesson's
-loops import it, and ``training`` imports them.
+Lesson 04 writes its loops in #@save cells (``course_utils.lesson_code``); the mid-epoch one
+checkpoints the position of a ``torchdata`` ``StatefulDataLoader``, so a restarted worker group
+continues at the exact next batch (Ray Data's iterator-state resumption is not in open-source
+Ray). ``RunRecord`` is that loop's bookkeeping, kept in its checkpoints so a learner and the
+tests can *see* the resumption. This module imports nothing of ``training``, which imports the loops.
 """
 
 from __future__ import annotations
@@ -23,11 +18,8 @@ from torch.utils.data import Dataset
 
 
 class IndexRecorder(Dataset):
-    """Wraps a map-style dataset and remembers which indices were read, in order.
-
-    With ``num_workers=0`` the reads happen in the training process, so the list is exactly
-    what this rank trained on since the last ``take()``.
-    """
+    """Wraps a map-style dataset and remembers which indices were read, in order (with
+    ``num_workers=0``: exactly what this rank trained on since the last ``take()``)."""
 
     def __init__(self, dataset: Dataset):
         self.dataset = dataset
@@ -70,9 +62,8 @@ def check_world_size(state: dict[str, Any], world: int) -> None:
 class RunRecord:
     """The mid-epoch loop's bookkeeping: nothing of it changes training, all of it shows the resumption.
 
-    ``seen`` ([epoch][rank] -> the digits' indices, in the order trained) and ``attempts`` (one row per
-    worker-group start: pid, world size, where it started, when it first stepped) travel in every
-    checkpoint, so the last one holds the whole run's record.
+    ``seen`` ([epoch][rank] -> indices, in the order trained) and ``attempts`` (one row per worker-group
+    start: pid, world size, where it started, when it first stepped) travel in every checkpoint.
     """
 
     def __init__(self) -> None:

@@ -1,12 +1,10 @@
 """Ray Train's own record of a run: its attempts and their workers, from the dashboard, as tables.
 
-With ``RAY_TRAIN_ENABLE_STATE_TRACKING=1`` in the driver's environment when ``fit()`` is called
-(``session.start_ray`` sets it), Ray Train V2 adds a state callback to the run's controller; it
-writes every run, attempt and worker group into a detached ``TrainStateActor``, and the dashboard
-serves them at ``/api/train/v2/runs/v1`` (ray/dashboard/modules/train/train_head.py). The
-open-source dashboard has no Train tab: this module reads that endpoint and returns DataFrames.
-The request carries the cluster's auth token (``dashboard.open_dashboard``): since Ray 2.59 the
-dashboard refuses one without it.
+With ``RAY_TRAIN_ENABLE_STATE_TRACKING=1`` in the driver's environment at ``fit()``
+(``session.start_ray`` sets it), Ray Train V2 records every run, attempt and worker group in a
+detached ``TrainStateActor``, and the dashboard serves them at ``/api/train/v2/runs/v1``. The
+open-source dashboard has no Train tab: this module reads that endpoint (with the cluster's auth
+token, ``dashboard.open_dashboard``) and returns DataFrames.
 """
 
 from __future__ import annotations
@@ -30,10 +28,8 @@ class TrainStateUnavailable(RuntimeError):
 def fetch_runs(dashboard_url: str | None = None, timeout_s: float = 20.0) -> dict[str, Any]:
     """The dashboard's answer to ``GET /api/train/v2/runs/v1`` (all Train V2 runs of the cluster).
 
-    ``dashboard_url`` defaults to this driver's dashboard. Raises ``TrainStateUnavailable`` with
-    the reason (no dashboard, or no state actor because tracking was off for every run so far);
-    ``session.DashboardAuthError`` when the dashboard refuses the token (a setup problem to fix,
-    not a table to skip).
+    ``TrainStateUnavailable`` with the reason (no dashboard, or tracking off for every run so far);
+    ``dashboard.DashboardAuthError`` when the dashboard refuses the token (a setup problem to fix).
     """
     from course_utils.dashboard import DashboardHTTPError, open_dashboard
 
@@ -99,13 +95,9 @@ class RunState:
 def run_state(
     name: str | None = None, response: dict[str, Any] | None = None, job_id: str | None = None
 ) -> RunState:
-    """The runs called ``name`` (all runs if None), oldest first, with their attempts and workers.
-
-    ``response`` is ``fetch_runs()``'s answer (fetched when None). ``job_id`` keeps only one
-    driver's runs (on a shared cluster another learner may use the same run name).
-    Attempts are numbered 1, 2, ... within their run in start order; ``error`` is the exception
-    line of a failed attempt.
-    """
+    """The runs called ``name`` (all runs if None), oldest first, with their attempts (numbered from 1
+    in start order; ``error``: a failed one's exception line) and workers. ``response``: ``fetch_runs()``'s
+    answer (fetched when None); ``job_id`` keeps one driver's runs (another learner may use the name)."""
     response = fetch_runs() if response is None else response
     runs = [
         r

@@ -1,9 +1,7 @@
 """One training step, one epoch, one evaluation: the pieces lesson 01's loop and every Ray Train loop share.
 
-Lesson 01's ``train_baseline`` and the lessons' per-worker loops (``course_utils.lesson_code``) call
-these unchanged, so what differs between a plain PyTorch loop and a Ray Train one is only the Ray
-Train calls. ``epoch_metrics`` adds what a distributed run needs: the test set scored once across the
-ranks and the sums all-reduced.
+Lesson 01's ``train_baseline`` and the lessons' per-worker loops call these unchanged; ``epoch_metrics``
+adds what a distributed run needs: the test set scored once across the ranks, the sums all-reduced.
 """
 
 from __future__ import annotations

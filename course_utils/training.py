@@ -1,9 +1,6 @@
 """Lesson 01's single-process loop, and the ``TorchTrainer`` a lesson's fit is built with (``make_trainer``).
 
-Lesson 01's loop and lesson 02's ``train_loop_per_worker`` (written in lesson 02, exported to
-``course_utils.lesson_code``) share ``train_step``, ``train_one_epoch`` and ``evaluate``, so the only
-difference a learner sees between them is the Ray Train calls. Lessons 03 and 04 write their loops
-from the same pieces.
+Every lesson's loop shares ``course_utils.steps``, so what a learner sees differ is the Ray Train calls.
 """
 
 from __future__ import annotations
@@ -93,14 +90,11 @@ def make_trainer(
 ):
     """The course's standard ``TorchTrainer`` for run ``name`` (what lesson 02 builds step by step).
 
-    Checks the request fits the cluster first, so a too-big run fails now instead of waiting;
-    checks an existing run directory of that name is whole (``storage.check_run``), so a damaged
-    one fails now instead of silently starting from scratch; and checks ``score_attribute`` is
-    one of ``reported_metrics``, what ``train_loop`` reports (Ray only logs an error and keeps
-    checkpoints unordered; the course loop's are known, another loop's are checked when given);
-    ``score_attribute=None`` keeps the most recent checkpoints instead.
-    Storage is ``storage.ray_storage()``: a local folder, a shared mount or ``s3://`` alike.
-    ``placement_strategy="SPREAD"`` puts the workers on different nodes of a cluster.
+    Fails now, not later, when the request cannot fit the cluster, when a run directory of that name
+    is damaged (``storage.check_run``: Ray would silently start from scratch), or when
+    ``score_attribute`` is not one of ``reported_metrics`` (Ray only logs an error and keeps
+    checkpoints unordered); ``score_attribute=None`` keeps the most recent checkpoints.
+    ``placement_strategy="SPREAD"`` puts the workers on different nodes.
     """
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
