@@ -1,14 +1,10 @@
 """What every exercise check says, and the hints and solutions a learner asks for.
 
-Each exercise cell starts with a placeholder (``...``) where the learner's answer goes. A check
-called on the placeholder prints "not attempted yet" and where the solution is, without failing
-(so the course runs headless and in CI as shipped); on a wrong answer it raises
-``ExerciseError`` saying in plain words what is wrong; on a right one it prints why it is right
-("Exercise NN.k: correct. ..."). Checks return None, so a notebook cell shows their words and no
-stray ``True``/``False``. ``hint("NN.k")`` and ``solution("NN.k")`` read
-``notebooks/solutions/NN_*.md`` (the k-th placeholder of lesson NN is "Exercise NN.k"; its solution
-is the first ```python block under ``## Exercise NN.k``, its hint the ``**Hint:**`` paragraph). The
-checks themselves are in ``lesson01`` ... ``lesson06``.
+A check (in ``lesson01`` ... ``lesson06``) called on the cell's placeholder (``...``) prints "not
+attempted yet" without failing, so the course runs headless as shipped; a wrong answer raises
+``ExerciseError`` saying what is wrong; a right one prints why it is right. Checks return None, so
+a cell shows no stray ``True``. ``hint("NN.k")`` and ``solution("NN.k")`` read the ``**Hint:**``
+paragraph and the first ```python block under ``## Exercise NN.k`` in ``notebooks/solutions/NN_*.md``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Run a learner's per-worker training function for real, and record what each rank did.
 
-The exercise checks of lessons 02 and 04 use it. A short 2-worker ``TorchTrainer.fit`` on a few
-hundred digits runs the learner's function inside a recorder that watches, on every rank, the
-calls a correct loop makes: ``ray.train.report`` (and whether it carried a checkpoint),
-``DistributedSampler.set_epoch``, the batch size the model trains on, and optimizer steps. The
-check then reads the record and says in plain words what is wrong. The recorder never changes
-what the function does; it can crash one rank once (``crash_step``) to test resumption.
+For lessons 02 and 04's checks: a short 2-worker fit runs the learner's function under a recorder
+that notes, on every rank, ``ray.train.report`` (with or without a checkpoint), ``set_epoch``, the
+batch sizes trained on and optimizer steps, without changing what the function does; it can crash
+one rank once (``crash_step``) to test resumption. The check then says in plain words what is wrong.
 """
 
 from __future__ import annotations
@@ -197,14 +195,10 @@ def fit_learner_function(
     max_failures: int = 0,
     crash_step: int | None = None,
 ) -> FitRecord:
-    """Fit ``train_fn`` on ``num_workers`` CPU workers with a small profile, as run ``name``.
-
-    The run starts fresh (an earlier run of that name is removed) and writes to the learner's
-    course storage like every lesson. ``crash_step`` makes rank 1 raise once, at that optimizer
-    step of the first attempt (use with ``max_failures=1``); until then that rank waits
-    ``SETTLE_S`` after each report, so the crash never outruns a checkpoint. A failed fit is
-    recorded, not raised.
-    """
+    """Fit ``train_fn`` on ``num_workers`` CPU workers with a small profile, as a fresh run ``name``
+    in the learner's storage; a failed fit is recorded, not raised. ``crash_step`` makes rank 1 raise
+    once at that optimizer step (use with ``max_failures=1``), after waiting ``SETTLE_S`` after each
+    report so the crash never outruns a checkpoint."""
     import cloudpickle
     import ray
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig

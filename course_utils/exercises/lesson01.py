@@ -1,7 +1,4 @@
-"""Exercises of lesson 01: steps per epoch, and a checkpoint loader that refuses code.
-
-Each check prints "not attempted yet" on the placeholder, raises ``ExerciseError`` saying what is
-wrong, or prints why the answer is right (``course_utils.exercises.checks``)."""
+"""Exercises of lesson 01: steps per epoch, and a checkpoint loader that refuses code."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Exercises of lesson 02: the per-worker batch, a ScalingConfig, and the migration (run for real).
-
-Each check prints "not attempted yet" on the placeholder, raises ``ExerciseError`` saying what is
-wrong, or prints why the answer is right (``course_utils.exercises.checks``)."""
+"""Exercises of lesson 02: the per-worker batch, a ScalingConfig, and the migration (run for real)."""
 
 from __future__ import annotations
 

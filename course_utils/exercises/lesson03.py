@@ -1,12 +1,11 @@
-"""Exercises of lesson 03: a batch transform and a shard reader, both run for real in Ray Data.
-
-Each check prints "not attempted yet" on the placeholder, raises ``ExerciseError`` saying what is
-wrong, or prints why the answer is right (``course_utils.exercises.checks``)."""
+"""Exercises of lesson 03: a batch transform and a shard reader, both run for real in Ray Data."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from course_utils import batch_format
 from course_utils.exercises.checks import correct, not_attempted, one_line, ran_but, wrong
@@ -20,8 +19,6 @@ SHARD_ERROR_GRACE_S = 10  # and how long for the other shard once one call raise
 def exercise_digits(rows: int = EXERCISE_ROWS, seed: int = 3) -> tuple[Any, Any]:
     """Noise "digits" (uint8 ``[rows, 28, 28]``) and labels whose ten counts all differ, so a count
     that mixes up digits or counts a row twice cannot come out right by chance."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     weights = np.arange(10, 20, dtype=float)[rng.permutation(10)]  # every digit a different share
     counts = np.floor(weights / weights.sum() * rows).astype(int)
@@ -33,8 +30,6 @@ def exercise_digits(rows: int = EXERCISE_ROWS, seed: int = 3) -> tuple[Any, Any]
 
 def _pixel_rows(column: Any) -> Any:
     """An ``image`` column as uint8 ``[B, 784]``: raw bytes per row (as Parquet gives) or pixel arrays."""
-    import numpy as np
-
     column = np.asarray(column)
     if len(column) == 0:
         return np.zeros((0, 28 * 28), dtype=np.uint8)
@@ -47,8 +42,6 @@ def _pixel_rows(column: Any) -> Any:
 
 def _transform_batches() -> list[tuple[str, dict[str, Any]]]:
     """Hand-made batches as ``map_batches(batch_format="numpy")`` passes them after ``read_parquet``."""
-    import numpy as np
-
     from course_utils import batch_format, raydata
 
     rng = np.random.default_rng(7)
@@ -69,8 +62,6 @@ def _transform_batches() -> list[tuple[str, dict[str, Any]]]:
 def transform_problems(transform: Callable[[dict[str, Any]], Any]) -> list[str]:
     """What a learner's "keep the 3s and 8s, relabel them 0 and 1" transform gets wrong, one plain
     line each, from calling it on hand-made numpy batches (no Ray)."""
-    import numpy as np
-
     columns = {batch_format.IMAGE, batch_format.LABEL}
     for what, batch in _transform_batches():
         keep = np.isin(batch[batch_format.LABEL], KEEP_DIGITS)
@@ -134,8 +125,6 @@ def check_batch_transform(transform: Any, exercise: str = "03.1") -> None:
     """A ``map_batches`` transform that keeps the 3s and 8s and relabels them 0 and 1: first called on
     hand-made numpy batches, then run for real in Ray Data, batch by batch, with ``normalise_batch``
     after it."""
-    import numpy as np
-
     from course_utils import raydata
 
     if not_attempted(exercise, transform):
@@ -194,8 +183,6 @@ class _WatchedShard:
 
 def _ten_counts(result: Any) -> Any:
     """A learner's result as 10 integer counts (tensor, array, list or {digit: count}), else None."""
-    import numpy as np
-
     if isinstance(result, dict):
         counts = np.zeros(10, dtype=np.int64)
         try:
@@ -221,8 +208,6 @@ def shard_problems(runs: list[dict[str, Any]], shard_rows: int, truth: Any) -> l
     """What a learner's ``count_digits(shard)`` got wrong, one plain line, from its runs on the two
     shards of a ``streaming_split``: each run ``{"finished", "error", "result", "called"}`` (the
     shard methods it asked for); ``truth`` is the whole dataset's ten label counts."""
-    import numpy as np
-
     for run in runs:
         error = run["error"]
         if error is None:
@@ -295,8 +280,6 @@ def check_shard_counts(count_digits: Any, exercise: str = "03.2") -> None:
     threads, and compares the counts with the labels counted without Ray."""
     import threading
     import time
-
-    import numpy as np
 
     from course_utils import raydata
 

@@ -1,8 +1,5 @@
 """Exercises of lesson 04: FailureConfig, CheckpointConfig, the resumed epoch, and a resumable loop
-(run for real, with a crash).
-
-Each check prints "not attempted yet" on the placeholder, raises ``ExerciseError`` saying what is
-wrong, or prints why the answer is right (``course_utils.exercises.checks``)."""
+(run for real, with a crash)."""
 
 from __future__ import annotations
 

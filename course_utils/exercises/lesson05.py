@@ -1,20 +1,17 @@
-"""Exercises of lesson 05: an accuracy function and a batch predictor (run in a Ray Data actor pool).
-
-Each check prints "not attempted yet" on the placeholder, raises ``ExerciseError`` saying what is
-wrong, or prints why the answer is right (``course_utils.exercises.checks``)."""
+"""Exercises of lesson 05: an accuracy function and a batch predictor (run in a Ray Data actor pool)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import numpy as np
+
 from course_utils.exercises.checks import correct, not_attempted, ran_but, wrong
 
 
 def check_accuracy_fn(accuracy: Any, exercise: str = "05.1") -> None:
     """``accuracy(labels, predictions)`` is the share of equal entries; mismatched inputs raise."""
-    import numpy as np
-
     if not_attempted(exercise, accuracy):
         return None
     if not callable(accuracy):
@@ -45,8 +42,6 @@ def predictor_problems(
 ) -> list[str]:
     """What a learner's batch predictor got wrong, one plain line each, from what the pipeline
     returned (``{"label", "prediction", "confidence"}`` columns, concatenated) and the reference."""
-    import numpy as np
-
     if out is None:
         return ["the pipeline returned no rows: __call__ must return a dict of columns for every batch."]
     missing = [c for c in ("label", "prediction", "confidence") if c not in out]
@@ -91,7 +86,6 @@ def check_batch_predictor(
 ) -> None:
     """Runs the learner's class for real: Ray Data ``map_batches`` on a pool of one actor over
     ``images``, then compares each prediction and confidence with the course model's own."""
-    import numpy as np
     import ray.data
     import torch
 

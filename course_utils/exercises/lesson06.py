@@ -1,7 +1,4 @@
-"""Exercises of lesson 06: a path check that keeps deletion inside the course's folder.
-
-Each check prints "not attempted yet" on the placeholder, raises ``ExerciseError`` saying what is
-wrong, or prints why the answer is right (``course_utils.exercises.checks``)."""
+"""Exercises of lesson 06: a path check that keeps deletion inside the course's folder."""
 
 from __future__ import annotations
 
