@@ -1,18 +1,13 @@
 """Utilization of a run from Ray's own Prometheus metrics, sampled into a DataFrame on the driver.
 
 With ``ray[default]`` every node's dashboard agent serves Prometheus text at
-``http://<NodeManagerAddress>:<MetricsExportPort>/metrics`` (both in ``ray.nodes()``): the
-node's CPU %, memory, object store, GPU and GPU memory when there are GPUs, and Ray Train's
-``ray_train_*`` metrics when ``RAY_TRAIN_METRICS_ENABLED`` is on (the default). This is what a
-Prometheus server would scrape; ``sample_metrics`` scrapes it itself once a second while a fit
-runs, so the lesson needs no Prometheus or Grafana.
-The endpoint is a plain HTTP server of the node's agent, outside the dashboard's token check: with
-Ray's token authentication on (2.59+) it still answers without a token, as a Prometheus server
-needs (checked live in ``tests/integration/test_session_live.py``).
-
-How fresh the numbers are is Ray's choice, not ours: the agent recomputes node figures every
-5 s (``REPORTER_UPDATE_INTERVAL_MS``) and processes export theirs, ``ray_train_*`` included,
-every 10 s (``metrics_report_interval_ms``), so a 1 s sampler sees steps.
+``http://<NodeManagerAddress>:<MetricsExportPort>/metrics`` (both in ``ray.nodes()``): CPU,
+memory, object store, GPUs, and Ray Train's ``ray_train_*`` metrics (on by default).
+``sample_metrics`` scrapes it once a second while a fit runs, so the lesson needs no Prometheus.
+The endpoint is outside the dashboard's token check: with token authentication on (2.59+) it
+still answers without a token (checked live in ``tests/integration/test_session_live.py``).
+How fresh the numbers are is Ray's choice: node figures every 5 s (``REPORTER_UPDATE_INTERVAL_MS``),
+other processes' every 10 s (``metrics_report_interval_ms``), so a 1 s sampler sees steps.
 """
 
 from __future__ import annotations
@@ -123,11 +118,8 @@ def _train_name(name: str, labels: dict[str, str]) -> str:
 def parse(
     text: str, node: str, at: float, train: bool = True, run_name: str | None = None
 ) -> list[dict[str, Any]]:
-    """Rows (time, node, metric, value) from one scrape of one node's Prometheus text.
-
-    Node metrics get the course's names and units (``NODE_METRICS``); ``ray_train_*`` keep
-    Ray's names, with the rank or controller state in brackets, only for run ``run_name`` when given.
-    """
+    """Rows (time, node, metric, value) from one scrape of one node's Prometheus text: node metrics
+    in the course's names and units, ``ray_train_*`` (of run ``run_name``) with rank or state in brackets."""
     from prometheus_client.parser import text_string_to_metric_families
 
     rows = []
@@ -147,11 +139,8 @@ def parse(
 
 
 def wait_until_ready(timeout_s: float = 20.0, every_s: float = 0.25) -> list[Endpoint]:
-    """Every alive node's endpoint once each serves its node figures (CPU and object store).
-
-    Right after ``ray.init`` the agent may not serve yet, or serve without node figures: this
-    polls until it does, and raises ``MetricsUnavailable`` with the last reason after ``timeout_s``.
-    """
+    """Every alive node's endpoint once each serves its node figures (CPU and object store), which
+    may take a while after ``ray.init``; ``MetricsUnavailable`` with the last reason after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:
         found = endpoints()
@@ -226,10 +215,9 @@ def sample_metrics(
 ) -> Iterator[Samples]:
     """``with sample_metrics() as samples: result = trainer.fit()`` samples every node while it runs.
 
-    A driver thread scrapes every alive node's endpoint every ``every_s`` seconds; ``samples.frame``
-    is the result. When the endpoints cannot be reached the block still runs (the fit matters
-    more) and ``samples.skipped`` says why, unless ``required=True``, which raises
-    ``MetricsUnavailable`` instead.
+    A driver thread scrapes every alive node every ``every_s`` seconds into ``samples.frame``. When
+    the endpoints cannot be reached the block still runs (the fit matters more) and ``samples.skipped``
+    says why, unless ``required=True`` (``MetricsUnavailable``).
     """
     samples = Samples()
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
@@ -108,8 +109,6 @@ def confusion_matrix(
     matrix, title: str = "Confusion matrix", class_names: Sequence[str] | None = None
 ) -> Figure:
     """A [true, predicted] count matrix as a heat map with the counts written in, and per-class recall."""
-    import numpy as np
-
     matrix = np.asarray(matrix)
     n = matrix.shape[0]
     names = list(class_names) if class_names is not None else [str(i) for i in range(n)]
@@ -149,12 +148,9 @@ def attempt_timeline(
     xlabel: str | None = None,
     title: str = "Which attempt did which work",
 ) -> Figure:
-    """One lane per attempt: where it started, the checkpoints it saved, and where it failed.
-
-    ``rows`` has one row per checkpoint (``x`` = its position, ``attempt`` = who saved it);
-    ``starts`` maps attempt -> start position; ``failures`` are (attempt, position, label).
-    Work after an attempt's last checkpoint, lost when it failed, is drawn in red.
-    """
+    """One lane per attempt: where it started, the checkpoints it saved, and where it failed (the
+    work lost after its last checkpoint in red). ``rows``: one per checkpoint (``x``: its position,
+    ``attempt``: who saved it); ``starts``: attempt -> start; ``failures``: (attempt, position, label)."""
     failed = {a: (pos, label) for a, pos, label in failures}
     attempts = sorted(set(rows[attempt]) | set(starts or {}) | set(failed))
     fig, ax = plt.subplots(figsize=(9, 0.9 + 0.75 * len(attempts)))
@@ -271,10 +267,9 @@ def utilization(
 ) -> Figure:
     """Time series of a run's node metrics (``metrics.sample_metrics``'s frame), the epochs marked.
 
-    One panel per kind (CPU %, memory, object store, GPU when present, Ray Train's ``ray_train_*``
-    times when present), one line per node (or GPU, or rank); x is seconds since the first sample.
-    ``epochs`` (``metrics.report_times``: epoch, reported_at) draws a dashed line where each
-    epoch's report arrived. The lines are steps: Ray refreshes its figures every 5-10 s.
+    One panel per kind (CPU, memory, object store, GPU, ``ray_train_*``), one line per node (or GPU,
+    or rank); ``epochs`` (``metrics.report_times``) draws a dashed line at each epoch's report. The
+    lines are steps: Ray refreshes its figures every 5-10 s.
     """
     t0 = samples["time"].min() if len(samples) else 0.0
     metric = samples["metric"].astype(str)
