@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
+
 from course_utils.config import (
     build_root,
     data_root,
@@ -34,7 +36,13 @@ from course_utils.config import (
 )
 
 # CleanupRefused is storage's (raydata.write_parquet raises it too).
-from course_utils.storage import OWNER_FILE, CleanupRefused, refuse_unless_mine
+from course_utils.storage import (
+    OWNER_FILE,
+    CleanupRefused,
+    filesystem_and_root,
+    learner_filesystem_and_root,
+    refuse_unless_mine,
+)
 
 
 @dataclass(frozen=True)
@@ -201,10 +209,6 @@ def _probe(name: str) -> bool:
 def storage_entries() -> list[str]:
     """This learner's entries in the course storage: run directories, fault markers, outputs,
     Parquet copies (not the folder's ownership record). Creates nothing."""
-    import pyarrow.fs as pafs
-
-    from course_utils.storage import learner_filesystem_and_root
-
     storage = storage_root()
     if is_remote_uri(storage):
         fs, root = learner_filesystem_and_root(claim=False)
@@ -220,10 +224,6 @@ def storage_entries() -> list[str]:
 def storage_left_alone() -> list[str]:
     """Everything else at the top of ``COURSE_STORAGE`` (teammates' folders, foreign files), which
     cleanup never touches; lesson 06 lists them."""
-    import pyarrow.fs as pafs
-
-    from course_utils.storage import filesystem_and_root
-
     storage = storage_root()
     if is_remote_uri(storage):
         fs, root = filesystem_and_root()
@@ -235,10 +235,6 @@ def storage_left_alone() -> list[str]:
 
 
 def _remove_remote(uri: str, dry_run: bool) -> Removed:
-    import pyarrow.fs as pafs
-
-    from course_utils.storage import learner_filesystem_and_root
-
     mine = f"{storage_root()}/{learner_folder()}"
     name = uri[len(mine) + 1 :] if uri.startswith(mine + "/") else ""
     if not name or "/" in name.rstrip("/") or name in (".", "..", OWNER_FILE):
@@ -262,10 +258,6 @@ def clean_storage(dry_run: bool = False) -> list[Removed]:
     """Empty this learner's folder ``<COURSE_STORAGE>/course-<learner>`` (local or ``s3://``), only
     when it carries the course's record for this learner; the folder and record stay. Every entry is
     checked before any is deleted, so a refusal leaves everything in place."""
-    import pyarrow.fs as pafs
-
-    from course_utils.storage import learner_filesystem_and_root
-
     storage = storage_root()
     entries = storage_entries()
     if not entries:

@@ -14,6 +14,7 @@ finds and removes what this learner left running, and only that.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import time
@@ -171,8 +172,6 @@ def _load(checkpoint: Any) -> tuple[torch.nn.Module, torch.device]:
 def torchscript_bytes(checkpoint: Any) -> bytes:
     """The checkpoint's model traced to TorchScript, as bytes a Ray actor can load without its code:
     the pool's actors neither import torchvision nor trace again (each started ≈ 2 s sooner here)."""
-    import io
-
     model, device = _load(checkpoint)
     example = torch.zeros(2, 1, 28, 28, device=device)
     buffer = io.BytesIO()
@@ -189,8 +188,6 @@ def load_torchscript(blob: bytes, device: torch.device) -> Any:
     ≈ 1.5× the eager images/s on one core here, for ≈ 0.3 s once per process (the fused model
     cannot be saved, so every process fuses its own).
     """
-    import io
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = torch.jit.load(io.BytesIO(blob), map_location=device).eval()

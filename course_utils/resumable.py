@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, DistributedSampler
 
 
 class IndexRecorder(Dataset):
@@ -113,8 +113,6 @@ class RunRecord:
 
 def expected_indices(train_size: int, world: int, epochs: int, seed: int = 0) -> list[list[list[int]]]:
     """[epoch][rank] -> the sample indices an uninterrupted run trains on, from the sampler alone."""
-    from torch.utils.data import DistributedSampler
-
     out = []
     for epoch in range(epochs):
         ranks = []

@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from course_utils import dashboard
+
 RUNS_ENDPOINT = "/api/train/v2/runs/v1"
 STATE_TRACKING_ENV = "RAY_TRAIN_ENABLE_STATE_TRACKING"
 
@@ -31,12 +33,10 @@ def fetch_runs(dashboard_url: str | None = None, timeout_s: float = 20.0) -> dic
     ``TrainStateUnavailable`` with the reason (no dashboard, or tracking off for every run so far);
     ``dashboard.DashboardAuthError`` when the dashboard refuses the token (a setup problem to fix).
     """
-    from course_utils.dashboard import DashboardHTTPError, open_dashboard
-
     url = (dashboard_url or _dashboard_url()).rstrip("/") + RUNS_ENDPOINT
     try:
-        return json.loads(open_dashboard(url, timeout_s=timeout_s))
-    except DashboardHTTPError as err:
+        return json.loads(dashboard.open_dashboard(url, timeout_s=timeout_s))
+    except dashboard.DashboardHTTPError as err:
         raise TrainStateUnavailable(
             f"{url} answered {err.code}: {err.body} (is {STATE_TRACKING_ENV}=1 set in the "
             "driver's environment before fit()? session.start_ray() sets it)"
@@ -48,11 +48,9 @@ def fetch_runs(dashboard_url: str | None = None, timeout_s: float = 20.0) -> dic
 def _dashboard_url() -> str:
     import ray
 
-    from course_utils.dashboard import dashboard_url
-
     if not ray.is_initialized():
         raise TrainStateUnavailable("Ray is not running in this process: call session.start_ray() first.")
-    address = dashboard_url()
+    address = dashboard.dashboard_url()
     if not address:
         raise TrainStateUnavailable(
             "the Ray dashboard is not running (it needs ray[default]), and it is what serves Train's run state"

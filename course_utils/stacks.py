@@ -14,6 +14,7 @@ first library frame below it: where *your* code is, and the line it is waiting o
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import linecache
 import os
@@ -123,7 +124,6 @@ def _library_roots() -> tuple[str, ...]:
     ``PYTHONPATH``, Debian's ``dist-packages``, a conda env) and where each of ``LIBRARY_PACKAGES`` is
     found (even without metadata); never one holding the course's package. Worked out once."""
     import importlib.metadata
-    import importlib.util
 
     found = {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     for dist in importlib.metadata.distributions():
@@ -149,8 +149,6 @@ def _library_roots() -> tuple[str, ...]:
 
 def _importable_library(top: str) -> bool:
     """True when the import system finds top-level module ``top`` in a library folder here."""
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
