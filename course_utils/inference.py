@@ -126,13 +126,9 @@ def plan_pool(
         )
     fits_now = min(int((free.get(k, 0.0) + 1e-9) // v) for k, v in one.items())
     size = max(0, min(pool_size, fits_now))
-    gpu_part = (
-        f"{gpus:g} GPU(s) shared by {pool_size} actors"
-        if share and share < 1
-        else "one GPU per actor"
-        if share
-        else "no GPU on this cluster"
-    )
+    gpu_part = "no GPU on this cluster"
+    if share:
+        gpu_part = f"{gpus:g} GPU(s) shared by {pool_size} actors" if share < 1 else "one GPU per actor"
     if size == pool_size:
         why = f"{size} as asked; {gpu_part}"
     elif size:

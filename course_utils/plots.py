@@ -119,15 +119,8 @@ def confusion_matrix(
     for i in range(n):
         for j in range(n):
             if matrix[i, j]:
-                ax.text(
-                    j,
-                    i,
-                    int(matrix[i, j]),
-                    ha="center",
-                    va="center",
-                    fontsize=8,
-                    color="white" if matrix[i, j] > threshold else ("black" if i == j else "tab:red"),
-                )
+                color = "white" if matrix[i, j] > threshold else ("black" if i == j else "tab:red")
+                ax.text(j, i, int(matrix[i, j]), ha="center", va="center", fontsize=8, color=color)
     recall = matrix.diagonal() / np.maximum(matrix.sum(axis=1), 1)
     ax.set_xticks(range(n), names)
     ax.set_yticks(range(n), [f"{name} ({r:.0%})" for name, r in zip(names, recall, strict=True)])
@@ -214,28 +207,16 @@ def ray_data_ingest_diagram(num_workers: int = 2, accelerator: str = "GPU") -> F
     for i, y in enumerate((3.55, 2.05, 0.55)):
         box(2.5, y, 2.2, 1.1, f"Ray Data task {i + 1}\nread_parquet ->\nmap_batches(normalise)", "#cfe2f3")
         arrow(2.0, 2.7, 2.5, y + 0.55)
-    box(
-        5.3,
-        1.3,
-        1.8,
-        2.8,
-        "object store\n(shared memory\nper node)\n\nfloat32 blocks\n[B, 1, 28, 28]\n3,136 B / digit",
-        "#fff2cc",
-    )
+    store = "object store\n(shared memory\nper node)\n\nfloat32 blocks\n[B, 1, 28, 28]\n3,136 B / digit"
+    box(5.3, 1.3, 1.8, 2.8, store, "#fff2cc")
     for y in (4.1, 2.6, 1.1):
         arrow(4.7, y, 5.3, 2.7)
     ax.text(9.2, 5.05, f"training workers ({accelerator})", ha="center", fontsize=9, weight="bold")
     step = 4.2 / max(num_workers, 1)
     for rank in range(num_workers):
         y = 4.6 - (rank + 1) * step + 0.15
-        box(
-            7.9,
-            y,
-            2.6,
-            step - 0.3,
-            f"rank {rank}: get_dataset_shard\niter_torch_batches(device)\nforward / backward",
-            "#d9ead3",
-        )
+        worker = f"rank {rank}: get_dataset_shard\niter_torch_batches(device)\nforward / backward"
+        box(7.9, y, 2.6, step - 0.3, worker, "#d9ead3")
         arrow(7.1, 2.7, 7.9, y + (step - 0.3) / 2)
         if rank:
             ax.text(9.2, y + step - 0.22, "DDP all-reduce (gradients)", ha="center", fontsize=8, color="0.25")
