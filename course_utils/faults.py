@@ -178,11 +178,8 @@ def inject(
     epoch: int,
     first_step: int = 0,
 ) -> Iterator[Any]:
-    """``batches`` unchanged, with ``maybe_fail`` called before each one trains (lesson 04's hook).
-
-    Steps are numbered from ``first_step`` (a loop resumed mid-epoch starts past 0). With no
-    ``spec`` it is a plain pass-through, so a loop can always wrap its loader in it.
-    """
+    """``batches`` unchanged, with ``maybe_fail`` called before each one trains (lesson 04's hook);
+    steps are numbered from ``first_step`` (a resumed loop starts past 0). No ``spec``: a pass-through."""
     for step, batch in enumerate(batches, first_step):
         maybe_fail(spec, rank=rank, epoch=epoch, step=step)
         yield batch

@@ -28,11 +28,9 @@ class TrainStateUnavailable(RuntimeError):
 
 
 def fetch_runs(dashboard_url: str | None = None, timeout_s: float = 20.0) -> dict[str, Any]:
-    """The dashboard's answer to ``GET /api/train/v2/runs/v1`` (all Train V2 runs of the cluster).
-
-    ``TrainStateUnavailable`` with the reason (no dashboard, or tracking off for every run so far);
-    ``dashboard.DashboardAuthError`` when the dashboard refuses the token (a setup problem to fix).
-    """
+    """The dashboard's answer to ``GET /api/train/v2/runs/v1`` (all Train V2 runs of the cluster);
+    ``TrainStateUnavailable`` with the reason (no dashboard, or tracking off for every run so far),
+    ``dashboard.DashboardAuthError`` when the dashboard refuses the token (a setup problem to fix)."""
     url = (dashboard_url or _dashboard_url()).rstrip("/") + RUNS_ENDPOINT
     try:
         return json.loads(dashboard.open_dashboard(url, timeout_s=timeout_s))

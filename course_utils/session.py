@@ -21,16 +21,13 @@ from course_utils import dashboard
 # a run with datasets= waits forever. Advertising at least 4 slots keeps both moving.
 LOCAL_MIN_CPUS = 4
 
-# Always: worker print() appears once, not twice, on the driver; and Ray Train keeps its record of
-# runs, attempts and workers, which the dashboard serves at /api/train/v2/runs/v1 (course_utils.runstate).
-# Train V2 reads RAY_TRAIN_ENABLE_STATE_TRACKING in the driver, when fit() builds the controller's callbacks
-# (ray/train/v2/api/data_parallel_trainer.py): the driver's environment is what counts, also on a cluster.
-#
-# And: a fit whose slots another learner holds waits for them quietly (course_utils.slots says so in
-# one line) instead of Ray Train giving up on its worker group every 60 s with a traceback in the
-# notebook and trying again. Ray counts those give-ups as controller errors, not against
-# max_failures; the wait is the same either way. The driver's value reaches the controller
-# (Train V2 propagates RAY_TRAIN_* variables); lesson 04's elastic demo sets its own 3 s for one fit.
+# Always: worker print() appears once, not twice, on the driver; Ray Train keeps its record of runs,
+# attempts and workers (course_utils.runstate), read from the driver's environment when fit() builds
+# the controller's callbacks (ray/train/v2/api/data_parallel_trainer.py), also on a cluster; and a fit
+# whose slots another learner holds waits for them quietly instead of Ray Train giving up on its
+# worker group every 60 s with a traceback and trying again (counted as controller errors, not
+# against max_failures). Train V2 passes RAY_TRAIN_* variables to the controller; lesson 04's
+# elastic demo sets its own 3 s for one fit.
 COURSE_ENV = {
     "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
     "RAY_TRAIN_ENABLE_STATE_TRACKING": "1",

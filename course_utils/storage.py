@@ -288,10 +288,7 @@ def filesystem_and_root() -> tuple[pafs.FileSystem, str]:
 
 def learner_filesystem_and_root(claim: bool = True) -> tuple[pafs.FileSystem, str]:
     """(pyarrow filesystem, path inside it) of this learner's folder: what ``ray_storage`` gives Ray.
-
-    With ``claim`` the folder's ownership record is written if missing (once per process on remote
-    storage): every course call that uses the folder marks it as the course's.
-    """
+    With ``claim``, its ownership record is written if missing (once per process on remote storage)."""
     fs, root = filesystem_and_root()
     path = f"{root.rstrip('/')}/{learner_folder()}"
     if claim and isinstance(fs, pafs.LocalFileSystem):
@@ -317,11 +314,8 @@ def run_path(name: str) -> str:
 
 
 def run_exists(name: str) -> bool:
-    """True when storage holds a directory for run ``name``.
-
-    The first storage call of a fit: a store that is unreachable or misconfigured fails here, in
-    plain words, not inside Ray Train's controller.
-    """
+    """True when storage holds a directory for run ``name``. The first storage call of a fit: a store
+    that is unreachable or misconfigured fails here, in plain words, not inside Ray Train's controller."""
     fs, shared = filesystem_and_root()
     try:
         bucket = shared.split("/", 1)[0]
