@@ -37,13 +37,9 @@ The Ray Train logger, thread and message names involved are internal to Ray; the
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from course_utils import rayinternals
 
@@ -131,7 +127,13 @@ def _module_file(module: str) -> str:
 
 def quiet_ray_data() -> None:
     """Ray Data's INFO lines and its warning about the course's own progress-bar setting stay out of
-    this process's output (see the module doc); its warnings and errors still show."""
+    this process's output (see the module doc); its warnings and errors still show. So do the
+    libraries' warnings about their own calls (``LIBRARY_INTERNAL_WARNINGS``), in a worker and in the
+    driver alike: the driver iterates Ray Data's torch batches too (lesson 03)."""
+    import warnings
+
+    for message in LIBRARY_INTERNAL_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
     os.environ.setdefault(rayinternals.DATA_LOG_LEVEL_ENV, DATA_LOG_LEVEL)
     logging.getLogger(rayinternals.DATA_PROGRESS_LOGGER).setLevel(logging.ERROR)
     data_logger = logging.getLogger("ray.data")
@@ -149,7 +151,6 @@ def setup_worker() -> None:
     ended 12 s late. ``RAY_ADDRESS`` set to this process's own cluster makes the lookup exact.
     """
     import threading
-    import warnings
 
     import ray
 
@@ -172,8 +173,6 @@ def setup_worker() -> None:
             traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback, file=f)
 
     threading.excepthook = hook
-    for message in LIBRARY_INTERNAL_WARNINGS:
-        warnings.filterwarnings("ignore", message=message)
     for name, starts in RAY_INTERNAL_MESSAGES.items():
         logging.getLogger(name).addFilter(_AsInfo(starts))
     for module in MISNAMED_LOGGERS:
@@ -209,37 +208,6 @@ def _log_file(thread: str) -> str | None:
         return str(folder / f"{thread}-{os.getpid()}.err")
     except Exception:
         return None
-
-
-class _CountingStream:
-    """A text stream that passes every write to ``stream`` and counts those containing ``text``."""
-
-    def __init__(self, stream: Any, text: str):
-        self._stream, self._text, self.count = stream, text, 0
-
-    def write(self, data: str) -> int:
-        self.count += data.count(self._text)
-        return self._stream.write(data)
-
-    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding: the real stream's
-        return getattr(self._stream, name)
-
-
-@contextlib.contextmanager
-def count_stderr(text: str) -> Iterator[_CountingStream]:
-    """Inside the block, count the times ``text`` is written to ``sys.stderr`` (``.count``), every
-    line still shown: so a cell that announced a warning as possible can say whether it came.
-
-    Ray prints what it forwards to the driver (workers' lines, the raylet's warnings) through
-    ``sys.stderr`` as it is at that moment, from its own threads too.
-    """
-    real = sys.stderr
-    counting = _CountingStream(real, text)
-    sys.stderr = counting
-    try:
-        yield counting
-    finally:
-        sys.stderr = real
 
 
 class DriverLog:

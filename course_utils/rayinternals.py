@@ -67,13 +67,6 @@ def worker_setup_hook_env_var() -> str:
     return ray_constants.WORKER_PROCESS_SETUP_HOOK_ENV_VAR
 
 
-# The raylet's warning, sent to the driver's stderr, when a node starts more worker processes
-# than a few times its start-up concurrency (src/ray/raylet/worker_pool.cc, compiled into the
-# raylet binary: "WARNING: %d %s worker processes have been started on node ..."). Lesson 03
-# announces it as possible and counts it (``logs.count_stderr``). Checked on Ray 2.60.0.
-RAYLET_WORKERS_WARNING = "worker processes have been started on node"
-
-
 # The core worker's ERROR line when an actor whose constructor arguments sit in the object store may
 # be restarted (src/ray/core_worker/core_worker.cc, compiled into _raylet.so). Ray Data's pool actors
 # (lesson 05's MapWorker) get it. Like every C++ line of the driver it goes to the driver's stderr,

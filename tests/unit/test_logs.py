@@ -177,17 +177,18 @@ def test_a_worker_hears_no_library_internal_warning_and_every_other_one(monkeypa
     assert [str(w.message) for w in heard] == ["a warning about the learner's own code"]
 
 
-def test_count_stderr_counts_the_text_and_shows_every_line(capsys):
-    import sys
+def test_the_driver_hears_no_library_internal_warning_either():
+    """Lesson 03's driver iterates Ray Data's torch batches: torch's read-only-array warning escaped
+    there once (Ray Data's own catch_warnings is not thread-safe), so quiet_ray_data, which start_ray
+    runs in the driver, drops the same warnings, and any other still shows."""
+    import warnings
 
-    with logs.count_stderr("worker processes have been started") as seen:
-        print("(raylet) WARNING: 9 PYTHON worker processes have been started on node", file=sys.stderr)
-        print("an unrelated error", file=sys.stderr)
-        sys.stderr.flush()
-    print("after the block: not counted, worker processes have been started", file=sys.stderr)
-    assert seen.count == 1
-    err = capsys.readouterr().err
-    assert "an unrelated error" in err and err.count("worker processes have been started") == 2
+    with warnings.catch_warnings(record=True) as heard:
+        warnings.simplefilter("always")
+        logs.quiet_ray_data()
+        warnings.warn("The given NumPy array is not writable, and PyTorch does not support", stacklevel=1)
+        warnings.warn("a warning about the learner's own code", stacklevel=1)
+    assert [str(w.message) for w in heard] == ["a warning about the learner's own code"]
 
 
 def test_driver_log_counts_only_lines_written_after_it_was_made(tmp_path, monkeypatch):

@@ -205,16 +205,6 @@ def test_ray_datas_log_level_variable_and_progress_logger(monkeypatch):
     ), f"Ray {_version()} warns about disabled progress bars elsewhere: {SEE}"
 
 
-def test_the_raylets_worker_processes_warning_is_still_in_the_raylet():
-    import ray
-
-    raylet = Path(ray.__file__).parent / "core" / "src" / "ray" / "raylet" / "raylet"
-    assert raylet.is_file(), f"the raylet binary moved in Ray {_version()}: {SEE}"
-    assert rayinternals.RAYLET_WORKERS_WARNING.encode() in raylet.read_bytes(), (
-        f"the raylet's worker-processes warning was reworded in Ray {_version()} (lesson 03 counts it): {SEE}"
-    )
-
-
 def test_the_core_workers_actor_arguments_line_and_the_driver_log_name():
     import ray
 
