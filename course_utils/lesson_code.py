@@ -96,8 +96,8 @@ def train_loop_per_worker(config: dict) -> None:
             )
 
 
-# From 03_ray_data_integration.ipynb, cell 16:
-# '# 07. The training loop on a dataset shard'.
+# From 03_ray_data_integration.ipynb, cell 11:
+# '# 05. The training loop on a dataset shard'.
 def train_loop_ray_data(config: dict) -> None:
     """Lesson 02's loop, its training batches streamed from this worker's shard."""
     # who am I: this worker's rank, and how many workers there are
@@ -255,7 +255,7 @@ def train_loop_resumable(config: dict) -> None:
             )
 
 
-# From 04_fault_tolerance.ipynb, cell 30:
+# From 04_fault_tolerance.ipynb, cell 31:
 # '# 12. A loop that saves mid-epoch'.
 def train_loop_mid_epoch(config: dict) -> None:
     """Section 03's loop, saving every config["checkpoint_every"] steps with the

@@ -223,7 +223,7 @@ def per_row_pil(row: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- training loop
 
 
-# Rows each worker mixes in its local shuffle buffer (lesson 03, section 16).
+# Rows each worker mixes in its local shuffle buffer (lesson 03, section 15).
 SHUFFLE_BUFFER = 1000
 
 

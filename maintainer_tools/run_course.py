@@ -44,6 +44,9 @@ CODE_WORDS_PER_MIN = 75
 PRINTED_LINES_PER_MIN = 20
 # The longest main path a half-day workshop has room for (exercises and Going further come after it).
 MAIN_PATH_LIMIT_MIN = 35
+# The whole course, Going further included, when the main paths were shortened: depth is moved off a
+# main path, not added to the course.
+WHOLE_COURSE_LIMIT_MIN = 301
 
 
 def prose_words(markdown: str) -> int:
@@ -99,11 +102,17 @@ def _printed(output: dict[str, Any], into: Reading) -> None:
 def reading_parts(executed: Path) -> tuple[Reading, Reading]:
     """(main path, the rest) of an executed lesson, as a learner reads them: prose at 200 words, code at
     75 names (its source, and what ``show_source``/``show_changes`` print), printed lines at 20 a minute.
-    The main path is everything before the first "Exercise" or "Going further" heading."""
+    The main path is everything before the first "Exercise" or "Going further" heading. The answered
+    exercises a test run appends (``answered.ANSWERED_HEADING``) are not the lesson: the count stops there,
+    so a test run's copy and ``./build.sh course``'s read the same."""
+    from maintainer_tools.answered import ANSWERED_HEADING
+
     main, rest = Reading(), Reading()
     part = main
     for cell in json.loads(Path(executed).read_text())["cells"]:
         text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and text.startswith(ANSWERED_HEADING):
+            break
         if cell["cell_type"] == "markdown":
             if PART_HEADING.search(text):
                 part = rest

@@ -85,7 +85,7 @@ FAILURES_ON_PURPOSE: dict[str, tuple[str, ...]] = {
 
 
 # Cells whose stderr the lesson announces in the markdown before them, by lesson and first line, with
-# the phrase every such line carries: lesson 03's split-hang demo (Going further, section 18) waits for
+# the phrase every such line carries: lesson 03's split-hang demo (Going further, section 17) waits for
 # Ray Data's warning about its waiting reader, which Ray also sends to the driver's output.
 # Lesson 05: Ray's core worker warns once per process, on the driver's stderr, when a pool actor gets its
 # constructor arguments (the model's bytes) through the object store while Ray Data lets it restart; it
@@ -93,12 +93,12 @@ FAILURES_ON_PURPOSE: dict[str, tuple[str, ...]] = {
 POOL_ARGS_WARNING = "has constructor arguments in the object store and max_restarts > 0"
 ANNOUNCED_STDERR: dict[str, dict[str, str]] = {
     "03_ray_data_integration.ipynb": {
-        "# 18. Going further: the warning, the stacks and a bounded wait": "blocked waiting on other clients"
+        "# 17. Going further: the warning, the stacks and a bounded wait": "blocked waiting on other clients"
     },
     "05_inference.ipynb": {
         "# 07. Batch inference with Ray Data": POOL_ARGS_WARNING,
-        "# 09. Per-image calls vs batch inference": POOL_ARGS_WARNING,
-        "# 12. Exercise 2: a batch predictor that says how sure it is": POOL_ARGS_WARNING,
+        "# 12. Going further: per-image calls vs batch inference": POOL_ARGS_WARNING,
+        "# 11. Exercise 2: a batch predictor that says how sure it is": POOL_ARGS_WARNING,
     },
 }
 

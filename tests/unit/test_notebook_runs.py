@@ -28,7 +28,7 @@ def test_alarming_output_flags_tracebacks_and_report_dumps_unless_on_purpose():
     assert "TrainingReport(" in found[2] and "cell 1 ('# 08. fine'): 1 line(s) on stderr" in found[3]
     # Announced before its cell: lesson 03's split demo warning where the demo waits for it, nothing else there.
     split = "(SplitCoordinator pid=3) StreamSplitDataIterator(epoch=-1, split=0) blocked waiting on other clients\n"
-    fit = "# 18. Going further: the warning, the stacks and a bounded wait"
+    fit = "# 17. Going further: the warning, the stacks and a bounded wait"
     assert (
         alarming_output(nbformat.v4.new_notebook(cells=[cell(fit, split)]), "03_ray_data_integration.ipynb")
         == []

@@ -8,6 +8,7 @@ import nbformat
 import pytest
 
 from maintainer_tools import run_course
+from maintainer_tools.answered import ANSWERED_HEADING
 
 
 def _fake_execute(fail: dict[str, Exception]):
@@ -130,6 +131,8 @@ def test_reading_splits_at_the_first_exercise_or_going_further_heading_and_reads
         _md("## 07 · Exercise 1: retry twice"),
         _code("my = ..."),
         _md("## 12 · Going further: more"),
+        _md(ANSWERED_HEADING),  # a test run's answered exercises: not the lesson, not counted
+        _code("my = 42", printed),
     ]
     main, rest = run_course.reading_parts(_executed(tmp_path, cells))
     # prose: "# Lesson Two words." (4); code: x f y, x 1, a 1 a 2; lines: 2 printed + 3 of the table + 3 of the error
