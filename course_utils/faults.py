@@ -139,11 +139,8 @@ def maybe_fail(
         for one in spec:
             maybe_fail(one, rank=rank, epoch=epoch, step=step, during=during)
         return
-    if not spec or (rank, epoch, step) != (spec["rank"], spec["epoch"], spec["step"]):
-        return
-    if spec.get("during", "step") != during:
-        return
-    if _read(spec) is not None:
+    where = (spec["rank"], spec["epoch"], spec["step"], spec.get("during", "step")) if spec else None
+    if (rank, epoch, step, during) != where or _read(spec) is not None:
         return
     if spec.get("delay_s"):
         time.sleep(spec["delay_s"])

@@ -147,6 +147,7 @@ def attempt_timeline(
     failed = {a: (pos, label) for a, pos, label in failures}
     attempts = sorted(set(rows[attempt]) | set(starts or {}) | set(failed))
     fig, ax = plt.subplots(figsize=(9, 0.9 + 0.75 * len(attempts)))
+    note = {"textcoords": "offset points", "fontsize": 8}  # a label beside its point
     for lane, name in enumerate(attempts):
         mine = rows[rows[attempt] == name]
         start = (starts or {}).get(name, mine[x].min() if len(mine) else 0)
@@ -156,21 +157,12 @@ def attempt_timeline(
         ax.scatter(
             mine[x], [lane] * len(mine), color=color, zorder=3, label="checkpoint" if lane == 0 else None
         )
-        ax.annotate(
-            f"starts at {start:g}", (start, lane), xytext=(0, 10), textcoords="offset points", fontsize=8
-        )
+        ax.annotate(f"starts at {start:g}", (start, lane), xytext=(0, 10), **note)
         if name in failed:
             position, label = failed[name]
             ax.plot([saved_to, position], [lane, lane], color="tab:red", linewidth=7, alpha=0.25)
             ax.scatter([position], [lane], marker="X", s=90, color="tab:red", zorder=4)
-            ax.annotate(
-                label,
-                (position, lane),
-                xytext=(8, -3),
-                textcoords="offset points",
-                fontsize=8,
-                color="tab:red",
-            )
+            ax.annotate(label, (position, lane), xytext=(8, -3), color="tab:red", **note)
     ax.set_yticks(range(len(attempts)), [f"attempt {a}" for a in attempts])
     ax.set_ylim(-0.7, len(attempts) - 0.3)
     ax.invert_yaxis()
@@ -286,20 +278,14 @@ def utilization(
         ax.legend(fontsize=7, loc="upper left")
     if not panels:
         axes[0].text(0.5, 0.5, "no samples", ha="center", va="center", transform=axes[0].transAxes)
+    note = {"textcoords": "offset points", "fontsize": 7, "color": "0.3"}  # small grey labels
     states = samples[is_state & (samples["value"] == 1)].sort_values("time")
     if len(states) and panels:  # the controller's state as text where it changes
         last = None
         for _, row in states.iterrows():
             state = row["metric"].split("[", 1)[-1].rstrip("]")
             if state != last:
-                axes[-1].annotate(
-                    state,
-                    (row["time"] - t0, 0),
-                    xytext=(2, 2),
-                    textcoords="offset points",
-                    fontsize=7,
-                    color="0.3",
-                )
+                axes[-1].annotate(state, (row["time"] - t0, 0), xytext=(2, 2), **note)
                 last = state
     if epochs is not None and len(epochs):
         for _, row in epochs.iterrows():
@@ -310,10 +296,8 @@ def utilization(
                 (row["reported_at"] - t0, 1),
                 xycoords=("data", "axes fraction"),
                 xytext=(-2, -10),
-                textcoords="offset points",
                 ha="right",
-                fontsize=7,
-                color="0.3",
+                **note,
             )
     axes[-1].set_xlabel("seconds since sampling started (dashed: an epoch's report)")
     fig.suptitle(title)
