@@ -24,6 +24,7 @@ __all__ = [
     "metrics",
     "model",
     "notebook",
+    "periodic",
     "plan",
     "plots",
     "progress",

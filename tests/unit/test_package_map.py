@@ -59,3 +59,13 @@ def test_every_module_has_its_line():
         if p.name != "__init__.py"
     }
     assert modules == described
+
+
+def test_the_package_all_names_every_top_level_module():
+    """``course_utils.__all__`` (what ``from course_utils import *`` and a reader of ``__init__`` see)
+    names each top-level module and package of the course, and nothing else."""
+    import course_utils
+
+    top = {p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+    top |= {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert sorted(course_utils.__all__) == sorted(top)
