@@ -73,8 +73,8 @@ def test_measure_throughput_runs_both_ways(ray_session, checkpoint_dir, digits):
         per_image=10,
         progress=False,
     )
-    assert result.per_image_images == 10 and result.batch_images == len(images)
-    assert result.per_image_seconds > 0 and result.batch_seconds > 0
+    assert result.per_image_images == 10 and result.batch.images == len(images)
+    assert result.per_image_seconds > 0 and result.batch.seconds > 0
     assert result.plain_images == len(images) and result.plain_seconds > 0
     assert result.lines()[-2].startswith("batch_vs_plain_torch_ratio: ")
     assert result.lines()[-1].startswith("batch_vs_per_image_ratio: ")
