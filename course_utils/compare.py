@@ -88,6 +88,13 @@ def lesson02_history() -> pd.DataFrame | None:
 SAME_WITHIN = 0.10
 
 
+# Where Ray Data's gain shows, said after either reading of lesson 03 against lesson 02.
+RAY_DATA_GAIN = (
+    "Ray Data's gain shows where preparing the batches is the slow part: the per-row pipeline against "
+    "the vectorised one (section 12), or CPU-heavy preprocessing in front of GPUs."
+)
+
+
 def against_lesson02(
     history: pd.DataFrame, baseline: pd.DataFrame | None, what: str = "this run"
 ) -> list[str]:
@@ -107,14 +114,12 @@ def against_lesson02(
     if abs(ratio - 1) <= SAME_WITHIN:
         lines.append(
             f"Within {SAME_WITHIN:.0%} of each other: the training step, not the data, sets the pace of these "
-            "workers. Ray Data's gain shows where preparing the batches is the slow part: the per-row "
-            "pipeline against the vectorised one (section 12), or CPU-heavy preprocessing in front of GPUs."
+            "workers. " + RAY_DATA_GAIN
         )
     elif ratio < 1:
         lines.append(
             "Slower here: on one machine Ray Data's read tasks run on the same cores as the training "
             "workers (section 14 splits them), while lesson 02's DataLoader reads inside each worker's "
-            "own process. Ray Data's gain shows where preparing the batches is the slow part: the per-row "
-            "pipeline against the vectorised one (section 12), or CPU-heavy preprocessing in front of GPUs."
+            "own process. " + RAY_DATA_GAIN
         )
     return lines
