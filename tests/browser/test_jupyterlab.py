@@ -65,11 +65,11 @@ pytestmark = [
 ]
 
 # Lessons CI runs in the browser; COURSE_BROWSER_LESSONS=all runs all six (ci.yml's weekly job does).
-# 02, 05 and 06 are where a workshop's learners meet on one cluster: fits that wait for slots, model
-# actors and pools, a cleanup that must leave the others' things. Lessons 01, 03 and 04 run on a
-# cluster with S3 in the hosts tier and on the laptop path; what the browser adds to them (plots,
-# widgets, Run All) is what these three show too.
-CI_LESSONS = ("02", "05", "06")
+# 02 and 06 are where a workshop's learners meet on one cluster: fits that wait for slots, a cleanup
+# that must leave the others' things. The other lessons run on a cluster with S3 in the hosts tier
+# (lesson 05's pool across three hosts) and on the laptop path; what the browser adds to them (plots,
+# widgets, Run All) is what these two show too.
+CI_LESSONS = ("02", "06")
 EVERY_LESSON = every_lesson("COURSE_BROWSER_LESSONS")
 SELECTED = tier_lessons("COURSE_BROWSER_LESSONS", CI_LESSONS)
 KERNEL_DISPLAY = "Python (Ray Train course)"

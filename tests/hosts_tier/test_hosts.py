@@ -6,7 +6,8 @@ head host with ``COURSE_STORAGE`` on that S3 server, and Ray's state API (not pr
 where their ranks, read tasks, pool actors and lesson 04's killed and hung ranks ran. A local
 ``COURSE_STORAGE`` stops lesson 02 at its storage cell in one sentence; a folder every host sees
 (standing for an NFS mount) carries a fit; lesson 02's loop runs as a job; a worker host lost
-mid-fit (every process killed, or its link cut) costs the fit one retry and no sample.
+mid-fit (every process killed; its link cut too with ``COURSE_HOSTS_LOSSES=all``, as
+``python -m maintainer_tools.bench hosts`` does) costs the fit one retry and no sample.
 """
 
 from __future__ import annotations
@@ -19,11 +20,16 @@ from pathlib import Path
 import pytest
 
 from tests.hosts import LOSSES, Hosts, lose_a_worker_host, submit_lesson02_job, unavailable
-from tests.notebook_runs import CLUSTER, HOSTS, LESSONS, S3
+from tests.notebook_runs import CLUSTER, HOSTS, LESSONS, S3, every_lesson
 
 pytestmark = [pytest.mark.integration, pytest.mark.hosts, pytest.mark.path(HOSTS)]
 
 CELL_TIMEOUT_S = 900
+# Each push loses a worker host one way: every process killed (Ray hears it at once). A cut link costs Ray's
+# health checks a minute more before it declares the host dead: COURSE_HOSTS_LOSSES=all and the hosts
+# bench (whose figures lesson 04 quotes, measured both ways) lose it by a cut link too.
+AT_EACH_PUSH = ("every process killed",)
+SELECTED_LOSSES = LOSSES if every_lesson("COURSE_HOSTS_LOSSES") else AT_EACH_PUSH
 
 # A lesson run on the head host: the tests' own runner (nbmake's), executed copy in build/tests/hosts.
 RUN_LESSON = textwrap.dedent(
@@ -335,7 +341,7 @@ def test_lesson_02s_loop_submitted_as_a_job_and_read_back(hosts, summary_note):
     assert back["best"].startswith(f"{hosts.bucket}/course/course-jobber/lesson02-job/checkpoint_")
 
 
-@pytest.mark.parametrize("how", LOSSES)
+@pytest.mark.parametrize("how", SELECTED_LOSSES)
 def test_a_worker_host_lost_mid_epoch(hosts, how, summary_note):
     lost = lose_a_worker_host(hosts, how, name="lost-host-" + how.split()[-1])
     summary_note(

@@ -1,5 +1,6 @@
-"""Lesson 02's migration exercise, checked for real: the published solution passes, and each of the
-five classic mistakes fails with a message that names it."""
+"""Lesson 02's migration exercise, checked for real: each of the five classic mistakes, made in the
+published solution, fails with a message that names it. That the solution itself passes is the
+answered lesson's (conftest.py runs it and requires "correct"), not a sixth fit here."""
 
 import re
 
@@ -55,11 +56,6 @@ def learner_function(source: str):
 def test_placeholder_is_not_attempted(capsys):
     assert lesson02.check_migration(...) is None
     assert 'checks.hint("02.3")' in capsys.readouterr().out
-
-
-def test_published_solution_passes(ray_session, storage, capsys):
-    lesson02.check_migration(learner_function(SOLUTION))
-    assert "Exercise 02.3: correct" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("mistake", list(MISTAKES))

@@ -1,6 +1,7 @@
 """Lesson 04's resumable-loop exercise, checked for real: the check crashes rank 1 once early in epoch 1;
-the published solution resumes and passes, a loop that ignores the checkpoint (or restores only the
-weights, or forgets its step count) fails with a message that names it."""
+a loop that ignores the checkpoint (or restores only the weights, or forgets its step count) fails with a
+message that names it. That the published solution resumes and passes is the answered lesson's
+(conftest.py runs it and requires "correct"), not one more fit here."""
 
 import re
 
@@ -53,11 +54,6 @@ def learner_function(source: str):
     namespace = {"__name__": "learner_cell"}
     exec(PRELUDE + source, namespace)
     return namespace["my_resumable_loop"]
-
-
-def test_published_solution_resumes_and_passes(ray_session, storage, capsys):
-    lesson04.check_resumable(learner_function(SOLUTION))
-    assert "Exercise 04.4: correct" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("mistake", list(MISTAKES))

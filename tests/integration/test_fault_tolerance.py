@@ -93,27 +93,6 @@ def test_external_sigkill_of_a_worker_is_survived(shared_storage):
     assert rows["start_epoch"].tolist() == [0, 1]
 
 
-def test_exhausted_retries_raise_then_same_name_resumes(shared_storage):
-    from ray.train import TrainingFailedError
-
-    markers = shared_storage / "markers"
-    specs = [
-        faults.crash_once(markers / "first", rank=1, epoch=1, step=5, delay_s=SETTLE_S),
-        faults.crash_once(markers / "second", rank=1, epoch=2, step=5, delay_s=SETTLE_S),
-    ]
-    with pytest.raises(TrainingFailedError) as failed:
-        _trainer("ft-exhausted", _profile(3), max_failures=1, fault=specs).fit()
-    message = str(failed.value)
-    assert "InjectedFault" in message and "epoch 2, step 5" in message
-    before = runs.check_run("ft-exhausted")
-    assert before["latest_metrics"]["epoch"] == 1  # epochs 0 and 1 are saved, 2 is not
-
-    result = _trainer("ft-exhausted", _profile(3)).fit()  # a new trainer, same name
-    rows = history.metric_history(result)
-    assert rows["epoch"].tolist() == [0, 1, 2]
-    assert rows["start_epoch"].tolist() == [0, 1, 2]  # fresh, retry at 1, manual restore at 2
-
-
 @pytest.fixture(scope="module")
 def mid_epoch_run(shared_storage):
     """Mid-epoch checkpoints every 3 steps, uploaded asynchronously; a crash at epoch 0 step 7 and a

@@ -17,8 +17,17 @@ def test_start_ray_twice_is_fine(ray_session):
     assert again.address == ray_session.address and again.cpus >= 2
 
 
-def test_two_workers_train_and_checkpoint_loads(ray_session, storage):
-    result = training.make_trainer("tiny-fit", TINY).fit()
+@pytest.fixture(scope="module")
+def tiny_fit(ray_session, tmp_path_factory):
+    """One 2-worker fit every test of the fit's outcome reads (a fit costs 20-40 s here); its storage."""
+    folder = tmp_path_factory.mktemp("storage")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COURSE_STORAGE", str(folder))
+        yield training.make_trainer("tiny-fit", TINY).fit(), folder
+
+
+def test_two_workers_train_and_checkpoint_loads(tiny_fit):
+    result, storage = tiny_fit
     history = metric_history(result)
     assert history["epoch"].tolist() == [0, 1]
     assert (history["world_size"] == 2).all()
@@ -33,8 +42,8 @@ def test_two_workers_train_and_checkpoint_loads(ray_session, storage):
     )
 
 
-def test_the_checkpoint_holds_the_full_history(ray_session, storage):
-    result = training.make_trainer("one-writer", TINY).fit()
+def test_the_checkpoint_holds_the_full_history(tiny_fit):
+    result, _ = tiny_fit
     state = checkpoints.load_state(result.checkpoint)
     assert [row["epoch"] for row in state["history"]] == [0, 1] and state["epoch"] == 1
     assert metric_history(result)["epoch"].tolist() == [0, 1]
