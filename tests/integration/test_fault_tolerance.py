@@ -1,4 +1,6 @@
-"""Lesson 04 on a real local Ray: faults are injected, the runs must survive them exactly.
+"""Lesson 04 on a real local Ray: faults are injected, the runs must survive them exactly. What lesson 04's
+self-checks assert already (the exhausted retries and the restore by name, a rank SIGKILLed from outside)
+is the lesson's; these assert what it does not show (bitwise resumes, torn and corrupted checkpoints).
 
 Fits are shared between tests where one run honestly proves several things (each fit costs
 20-40 s here); every shared run is built by a module-scoped fixture, and each test asserts
@@ -77,20 +79,6 @@ def test_resume_at_epoch_boundary_is_bitwise_exact(epoch_runs):
     assert clean.keys() == crashed.keys()
     different = [k for k in clean if not torch.equal(clean[k], crashed[k])]
     assert different == []
-
-
-def test_external_sigkill_of_a_worker_is_survived(shared_storage):
-    spec = faults.crash_once(
-        shared_storage / "markers" / "sigkill", rank=1, epoch=1, step=5, how="external", delay_s=SETTLE_S
-    )
-    trainer = _trainer("ft-sigkill", _profile(2), max_failures=1, fault=spec)
-    killer = faults.ExternalKiller(spec).start()
-    result = trainer.fit()
-    killer.join(timeout=5)
-    rows = history.metric_history(result)
-    assert killer.fired and killer.pid is not None  # a RayTrainWorker pid, checked via the state API
-    assert rows["epoch"].tolist() == [0, 1]
-    assert rows["start_epoch"].tolist() == [0, 1]
 
 
 @pytest.fixture(scope="module")
