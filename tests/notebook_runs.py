@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import nbformat
 from nbmake.nb_result import NotebookResult
@@ -34,6 +36,8 @@ HOSTS = "real hosts: a head and two worker hosts sharing only the network (names
 DOCS_SITE = "the documentation site: ./build.sh docs, every page read in Chromium"
 COLAB = "Colab-shaped: a lesson alone in an empty folder, a fresh venv with Colab's stack, its install cell"
 
+T = TypeVar("T")
+
 LESSONS = lessons()  # notebooks/NN_*.ipynb in order, as ./build.sh course runs them
 
 
@@ -42,10 +46,16 @@ def every_lesson(variable: str) -> bool:
     return os.environ.get(variable) == "all"
 
 
-def tier_lessons(variable: str, at_each_push: tuple[str, ...]) -> list[Path]:
-    """The lessons a tier runs: those numbered in ``at_each_push``, or all six when ``variable`` is ``all``
+def at_each_push(variable: str, every: Sequence[T], keep: Callable[[T], bool]) -> list[T]:
+    """What a costly test runs: the items of ``every`` that ``keep`` picks at each push, or all of them
+    when ``variable`` is ``all`` (a weekly run, or a maintainer asking for the whole set)."""
+    return [item for item in every if every_lesson(variable) or keep(item)]
+
+
+def tier_lessons(variable: str, numbers: tuple[str, ...]) -> list[Path]:
+    """The lessons a tier runs: those numbered in ``numbers``, or all six when ``variable`` is ``all``
     (the weekly runs set it)."""
-    return [p for p in LESSONS if every_lesson(variable) or p.name[:2] in at_each_push]
+    return at_each_push(variable, LESSONS, lambda p: p.name[:2] in numbers)
 
 
 def run_lesson(path: Path, label: str, *, answered: bool, timeout_s: int = 600) -> NotebookResult:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.hosts import LOSSES, Hosts, lose_a_worker_host, submit_lesson02_job, unavailable
-from tests.notebook_runs import CLUSTER, HOSTS, LESSONS, S3, every_lesson
+from tests.notebook_runs import CLUSTER, HOSTS, LESSONS, S3, at_each_push
 
 pytestmark = [pytest.mark.integration, pytest.mark.hosts, pytest.mark.path(HOSTS)]
 
@@ -28,8 +28,7 @@ CELL_TIMEOUT_S = 900
 # Each push loses a worker host one way: every process killed (Ray hears it at once). A cut link costs Ray's
 # health checks a minute more before it declares the host dead: COURSE_HOSTS_LOSSES=all and the hosts
 # bench (whose figures lesson 04 quotes, measured both ways) lose it by a cut link too.
-AT_EACH_PUSH = ("every process killed",)
-SELECTED_LOSSES = LOSSES if every_lesson("COURSE_HOSTS_LOSSES") else AT_EACH_PUSH
+SELECTED_LOSSES = at_each_push("COURSE_HOSTS_LOSSES", LOSSES, lambda how: how == "every process killed")
 
 # A lesson run on the head host: the tests' own runner (nbmake's), executed copy in build/tests/hosts.
 RUN_LESSON = textwrap.dedent(

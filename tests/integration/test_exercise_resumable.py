@@ -8,7 +8,7 @@ import re
 import pytest
 
 from course_utils.exercises import checks, lesson04
-from tests.notebook_runs import every_lesson
+from tests.notebook_runs import at_each_push
 
 pytestmark = pytest.mark.integration
 
@@ -60,8 +60,7 @@ def learner_function(source: str):
 # Each push runs the subtle mistake for real (the restore path runs, and only the epoch is lost); how the
 # check reads every mistake's record is tests/unit/test_check_resumable.py's, from records built there.
 # COURSE_ALL_MISTAKES=all runs each one for real (about a minute a fit here).
-AT_EACH_PUSH = ("weights but not the epoch",)
-SELECTED = list(MISTAKES) if every_lesson("COURSE_ALL_MISTAKES") else list(AT_EACH_PUSH)
+SELECTED = at_each_push("COURSE_ALL_MISTAKES", list(MISTAKES), lambda m: m == "weights but not the epoch")
 
 
 @pytest.mark.parametrize("mistake", SELECTED)

@@ -1,10 +1,13 @@
 """The Ray Train loop on a local cluster: 2 CPU workers, tiny data."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from ray.train import ScalingConfig
 
 from course_utils import checkpoints, config, data, session, steps, training
+from course_utils import storage as course_storage
 from course_utils.history import metric_history
 
 pytestmark = pytest.mark.integration
@@ -19,11 +22,12 @@ def test_start_ray_twice_is_fine(ray_session):
 
 @pytest.fixture(scope="module")
 def tiny_fit(ray_session, tmp_path_factory):
-    """One 2-worker fit every test of the fit's outcome reads (a fit costs 20-40 s here); its storage."""
-    folder = tmp_path_factory.mktemp("storage")
+    """One 2-worker fit every test of the fit's outcome reads (a fit costs 20-40 s here), and the
+    learner's folder in storage it wrote to."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("COURSE_STORAGE", str(folder))
-        yield training.make_trainer("tiny-fit", TINY).fit(), folder
+        patch.setenv("COURSE_STORAGE", str(tmp_path_factory.mktemp("storage")))
+        learner = Path(course_storage.prepare_learner_storage())  # as the `storage` fixture returns it
+        yield training.make_trainer("tiny-fit", TINY).fit(), learner
 
 
 def test_two_workers_train_and_checkpoint_loads(tiny_fit):
