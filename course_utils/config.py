@@ -68,7 +68,7 @@ SMOKE = Profile(
     num_workers=2,
     use_gpu=False,
     epochs=3,
-    train_size=4000,
+    train_size=2000,
     test_size=1000,
     batch_size=128,
 )

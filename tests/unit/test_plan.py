@@ -48,14 +48,14 @@ def _check_consistent(lesson_plan: plan.LessonPlan) -> None:
 EXPECTED = {
     (0, "auto"): {
         "01": {
-            "baseline": ("smoke", 1, False, 3, 4000, 128, 32),
-            "ray_task": ("smoke", 1, False, 1, 4000, 128, 32),
+            "baseline": ("smoke", 1, False, 3, 2000, 128, 16),
+            "ray_task": ("smoke", 1, False, 1, 2000, 128, 16),
         },
         "02": {
-            "fit": ("smoke", 2, False, 3, 4000, 128, 32),
-            "eval_split": ("smoke", 2, False, 3, 4000, 128, 32),
+            "fit": ("smoke", 2, False, 3, 2000, 128, 16),
+            "eval_split": ("smoke", 2, False, 3, 2000, 128, 16),
         },
-        "03": {"fit_ray_data": ("smoke", 2, False, 3, 4000, 128, 32)},
+        "03": {"fit_ray_data": ("smoke", 2, False, 3, 2000, 128, 16)},
         "04": {
             "faults": ("smoke", 2, False, 3, 1024, 128, 8),
             "elastic": ("smoke", 2, False, 3, 512, 128, 4),
@@ -112,14 +112,14 @@ EXPECTED = {
     },
     (4, "smoke"): {  # COURSE_PROFILE=smoke on a GPU machine: CPU workers; lesson 01 still uses the GPU
         "01": {
-            "baseline": ("smoke", 1, True, 3, 4000, 128, 32),
-            "ray_task": ("smoke", 1, True, 1, 4000, 128, 32),
+            "baseline": ("smoke", 1, True, 3, 2000, 128, 16),
+            "ray_task": ("smoke", 1, True, 1, 2000, 128, 16),
         },
         "02": {
-            "fit": ("smoke", 2, False, 3, 4000, 128, 32),
-            "eval_split": ("smoke", 2, False, 3, 4000, 128, 32),
+            "fit": ("smoke", 2, False, 3, 2000, 128, 16),
+            "eval_split": ("smoke", 2, False, 3, 2000, 128, 16),
         },
-        "03": {"fit_ray_data": ("smoke", 2, False, 3, 4000, 128, 32)},
+        "03": {"fit_ray_data": ("smoke", 2, False, 3, 2000, 128, 16)},
         "04": {
             "faults": ("smoke", 2, False, 3, 1024, 128, 8),
             "elastic": ("smoke", 2, False, 3, 512, 128, 4),
