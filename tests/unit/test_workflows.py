@@ -14,7 +14,7 @@ from course_utils.config import REPO_ROOT
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 # A build.sh call with any leading VAR=value settings and its arguments, up to the line's end or a
 # `&&`, e.g. "COURSE_TEST_PROFILE=full ./build.sh test".
-BUILD_CALL = re.compile(r"(?:[A-Z_]+=\S+ )*\./build\.sh \w+[^\n&|;]*")
+BUILD_CALL = re.compile(r"(?:(?<!\S)[A-Z_]+=\S+ )*\./build\.sh \w+[^\n&|;]*")
 LESSONS_01_02 = "notebooks/01_single_gpu_baseline.ipynb notebooks/02_ray_train_migration.ipynb"
 
 
@@ -96,8 +96,32 @@ def test_every_lesson_runs_in_jupyterlab_weekly_and_on_demand():
     assert "workflow_dispatch" in triggers and triggers["schedule"][0]["cron"].split()[-1] == "1"
     job = workflow["jobs"]["every-lesson-in-jupyterlab"]
     assert "schedule" in job["if"] and "workflow_dispatch" in job["if"]
-    assert _run_lines({"jobs": {"j": job}}) == ["COURSE_BROWSER_LESSONS=all ./build.sh test tests/browser"]
+    assert _run_lines({"jobs": {"j": job}})[0] == "COURSE_BROWSER_LESSONS=all ./build.sh test tests/browser"
     assert "COURSE_BROWSER_LESSONS" in (REPO_ROOT / "tests" / "browser" / "test_jupyterlab.py").read_text()
+
+
+def test_the_weekly_job_runs_all_of_what_each_push_samples():
+    """Every knob that makes a push run a sample (tests.notebook_runs.at_each_push, tier_lessons) is set to
+    ``all`` in the weekly job, with the tests that read it: a sample nobody ever completes hides a broken path."""
+    knobs: dict[str, set[str]] = {}
+    for path in (REPO_ROOT / "tests").rglob("*.py"):
+        for knob in re.findall(r'(?:at_each_push|tier_lessons)\(\s*"(COURSE_[A-Z_]+)"', path.read_text()):
+            knobs.setdefault(knob, set()).add(path.relative_to(REPO_ROOT).as_posix())
+    assert {
+        "COURSE_BROWSER_LESSONS",
+        "COURSE_COLAB_LESSONS",
+        "COURSE_HOSTS_LOSSES",
+        "COURSE_ALL_MISTAKES",
+    } <= set(knobs)
+    job = _load("ci.yml")["jobs"]["every-lesson-in-jupyterlab"]
+    lines = _run_lines({"jobs": {"j": job}})
+    for knob, users in knobs.items():
+        for user in users:
+            assert any(
+                f"{knob}=all" in line
+                and any(user == word or user.startswith(word.rstrip("/") + "/") for word in line.split())
+                for line in lines
+            ), f"the weekly job never runs {user} with {knob}=all"
 
 
 def test_canary_runs_weekly_and_on_demand():
