@@ -255,7 +255,7 @@ def train_loop_resumable(config: dict) -> None:
             )
 
 
-# From 04_fault_tolerance.ipynb, cell 31:
+# From 04_fault_tolerance.ipynb, cell 30:
 # '# 12. A loop that saves mid-epoch'.
 def train_loop_mid_epoch(config: dict) -> None:
     """Section 03's loop, saving every config["checkpoint_every"] steps with the

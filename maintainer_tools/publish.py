@@ -63,22 +63,21 @@ def publication(pyproject: Path = REPO_ROOT / "pyproject.toml") -> Publication:
 
 
 def install_cell(pub: Publication) -> str:
-    """The source of every lesson's first code cell: the same text in each lesson, 8 lines of code.
+    """The source of every lesson's first code cell: the same text in each lesson, 7 lines of code
+    (``COURSE_SOURCE`` names another branch, a fork or a wheel; docs/hosting.md).
 
     pip's ``--report=-`` (its JSON on stdout) says what came, (coloured: ipykernel sets ``FORCE_COLOR=1``
     for its subprocesses, which pip's JSON printer obeys over ``--no-color``; ``installed_summary`` reads past it); ``-qq`` keeps its warnings to itself
     (on Colab, which runs as root: "Running pip as the 'root' user"), its errors still come, and
     ``installed_summary`` counts them into its one line."""
     return f'''\
-# Colab, or this lesson on its own: installs the course, a few quiet minutes.
-# In a clone set up by ./build.sh the course is there, and this does nothing.
+# Colab, or this lesson alone: installs the course (quiet minutes). In a clone: nothing.
 import importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("course_utils") is None:
-    github = "{pub.source()}"
-    source = os.getenv("{SOURCE_ENV}", github)  # or another branch, a fork, a wheel
-    pip = [sys.executable, "-m", "pip", "install", "-qq", "--report=-"]
-    ran = subprocess.run([*pip, f"course_utils @ {{source}}"], capture_output=True)
+    source = os.getenv("{SOURCE_ENV}", "{pub.source()}")
+    pip = [sys.executable, "-m", "pip", "install", "-qq", "--report=-", f"course_utils @ {{source}}"]
+    ran = subprocess.run(pip, capture_output=True)
     assert not ran.returncode, f"pip could not install {{source}}:\\n{{ran.stderr.decode()}}"
     print(importlib.import_module("course_utils.install").installed_summary(ran))'''
 

@@ -42,8 +42,10 @@ def lessons(selected: list[str] | None = None, root: Path = REPO_ROOT) -> list[P
 PROSE_WORDS_PER_MIN = 200
 CODE_WORDS_PER_MIN = 75
 PRINTED_LINES_PER_MIN = 20
-# The longest main path a half-day workshop has room for (exercises and Going further come after it).
+# The longest main path a half-day workshop has room for (exercises and Going further come after it),
+# and all six main paths together: a half-day workshop's reading, with its exercises and breaks beside it.
 MAIN_PATH_LIMIT_MIN = 35
+MAIN_PATHS_LIMIT_MIN = 150
 # The whole course, Going further included, when the main paths were shortened: depth is moved off a
 # main path, not added to the course.
 WHOLE_COURSE_LIMIT_MIN = 301

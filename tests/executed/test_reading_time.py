@@ -15,7 +15,12 @@ import pytest
 
 from course_utils.config import REPO_ROOT
 from maintainer_tools import docsite
-from maintainer_tools.run_course import MAIN_PATH_LIMIT_MIN, WHOLE_COURSE_LIMIT_MIN, reading_parts
+from maintainer_tools.run_course import (
+    MAIN_PATH_LIMIT_MIN,
+    MAIN_PATHS_LIMIT_MIN,
+    WHOLE_COURSE_LIMIT_MIN,
+    reading_parts,
+)
 
 pytestmark = pytest.mark.executed
 
@@ -43,6 +48,10 @@ def test_every_main_path_fits_a_workshop_and_readme_gives_the_count(summary_note
     long = {name: round(main, 1) for name, (main, _) in counted.items() if main > MAIN_PATH_LIMIT_MIN}
     assert not long, (
         f"main paths over {MAIN_PATH_LIMIT_MIN} min: {long}; move depth into the lesson's Going further ({table})"
+    )
+    assert mains <= MAIN_PATHS_LIMIT_MIN, (
+        f"the main paths read {mains:.0f} min together, more than a half-day workshop's"
+        f" {MAIN_PATHS_LIMIT_MIN}: move depth into Going further ({table})"
     )
     assert total <= WHOLE_COURSE_LIMIT_MIN, (
         f"the whole course reads {total:.0f} min, more than {WHOLE_COURSE_LIMIT_MIN}: depth moved, not added? ({table})"
