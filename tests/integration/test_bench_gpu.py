@@ -10,11 +10,17 @@ import sys
 import pytest
 
 from course_utils.config import REPO_ROOT
-from tests.notebook_runs import GPU_SHAPED
+from tests.notebook_runs import GPU_SHAPED, every_lesson
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(GPU_SHAPED)]
 
 
+# A maintainer's tool, not a learner's path, and three minutes of fits on a slow day: the weekly job runs
+# it, as should whoever is about to rent a GPU for the bench.
+@pytest.mark.skipif(
+    not every_lesson("COURSE_BENCH_REHEARSAL"),
+    reason="weekly, or COURSE_BENCH_REHEARSAL=all: rehearses a maintainer's bench, not a learner's path",
+)
 def test_bench_train_gpu_runs_every_way_in_a_cpu_rehearsal(mnist_root):
     run = subprocess.run(
         [sys.executable, "-m", "maintainer_tools.bench", "train", "--gpu", "--cpu-rehearsal"]

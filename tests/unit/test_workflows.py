@@ -101,17 +101,20 @@ def test_every_lesson_runs_in_jupyterlab_weekly_and_on_demand():
 
 
 def test_the_weekly_job_runs_all_of_what_each_push_samples():
-    """Every knob that makes a push run a sample (tests.notebook_runs.at_each_push, tier_lessons) is set to
+    """Every knob that makes a push run a sample (tests.notebook_runs.at_each_push, tier_lessons, every_lesson) is set to
     ``all`` in the weekly job, with the tests that read it: a sample nobody ever completes hides a broken path."""
     knobs: dict[str, set[str]] = {}
     for path in (REPO_ROOT / "tests").rglob("*.py"):
-        for knob in re.findall(r'(?:at_each_push|tier_lessons)\(\s*"(COURSE_[A-Z_]+)"', path.read_text()):
+        for knob in re.findall(
+            r'(?:at_each_push|tier_lessons|every_lesson)\(\s*"(COURSE_[A-Z_]+)"', path.read_text()
+        ):
             knobs.setdefault(knob, set()).add(path.relative_to(REPO_ROOT).as_posix())
     assert {
         "COURSE_BROWSER_LESSONS",
         "COURSE_COLAB_LESSONS",
         "COURSE_HOSTS_LOSSES",
         "COURSE_ALL_MISTAKES",
+        "COURSE_BENCH_REHEARSAL",
     } <= set(knobs)
     job = _load("ci.yml")["jobs"]["every-lesson-in-jupyterlab"]
     lines = _run_lines({"jobs": {"j": job}})
