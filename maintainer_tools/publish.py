@@ -63,7 +63,7 @@ def publication(pyproject: Path = REPO_ROOT / "pyproject.toml") -> Publication:
 
 
 def install_cell(pub: Publication) -> str:
-    """The source of every lesson's first code cell: the same text in each lesson, 7 lines of code
+    """The source of every lesson's first code cell: the same text in each lesson, 8 lines of code
     (``COURSE_SOURCE`` names another branch, a fork or a wheel; docs/hosting.md).
 
     pip's ``--report=-`` (its JSON on stdout) says what came, (coloured: ipykernel sets ``FORCE_COLOR=1``
@@ -75,9 +75,10 @@ def install_cell(pub: Publication) -> str:
 import importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("course_utils") is None:
-    source = os.getenv("{SOURCE_ENV}", "{pub.source()}")
-    pip = [sys.executable, "-m", "pip", "install", "-qq", "--report=-", f"course_utils @ {{source}}"]
-    ran = subprocess.run(pip, capture_output=True)
+    github = "{pub.source()}"
+    source = os.getenv("{SOURCE_ENV}", github)
+    pip = [sys.executable, "-m", "pip", "install", "-qq", "--report=-"]
+    ran = subprocess.run([*pip, f"course_utils @ {{source}}"], capture_output=True)
     assert not ran.returncode, f"pip could not install {{source}}:\\n{{ran.stderr.decode()}}"
     print(importlib.import_module("course_utils.install").installed_summary(ran))'''
 
