@@ -6,8 +6,8 @@ course from a wheel of this checkout (``COURSE_SOURCE``, standing for GitHub). T
 the install cell said what it installed and kept the runtime's PyTorch, that every cell ran with
 nothing a learner reads as "it broke", that the lesson wrote its data and runs beside the notebook,
 and that neither the checkout nor the kernel's home (outside the libraries' hidden caches) was
-written to. CI runs lesson 05 (``CI_LESSONS``, which says why one); the weekly
-canary sets ``COURSE_COLAB_LESSONS=all``.
+written to. CI runs lesson 06 (``CI_LESSONS``, which says why one); the weekly
+job and canary set ``COURSE_COLAB_LESSONS=all``.
 """
 
 from __future__ import annotations

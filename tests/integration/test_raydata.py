@@ -1,13 +1,14 @@
-"""Ray Data + Ray Train on the local cluster: the transforms agree inside Ray Data, and a
-2-worker fit fed by ``datasets=`` runs on this machine's CPU slots (no stall) and learns."""
+"""Ray Data on the local cluster: the transforms agree inside Ray Data, and a dataset without the
+columns the loop reads is refused before ``fit()``. A 2-worker fit fed by ``datasets=`` is lesson 03's
+(its self-check: one report per epoch, the loss falls, held-out accuracy; section 19: the rows split
+between the ranks)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from course_utils import batch_format, config, data, history, raydata
-from course_utils import storage as runs
+from course_utils import batch_format, data, raydata
 from maintainer_tools import fits
 
 pytestmark = pytest.mark.integration
@@ -49,26 +50,3 @@ def test_trainer_rejects_dataset_without_needed_columns(ray_session, storage):
         raydata.make_ray_data_trainer("lesson03-bad-columns", ds)
     assert "missing ['image', 'label']" in str(info.value)
     assert not storage.joinpath("lesson03-bad-columns").exists()
-
-
-def test_two_worker_ray_data_fit_runs_and_loss_falls(ray_session, storage, mnist_root):
-    import ray
-
-    # The resource split the lesson relies on: 2 training workers x 1 CPU slot, and slots left
-    # for Ray Data's read/transform tasks (2 workers on exactly 2 slots stalls for good).
-    assert ray.cluster_resources()["CPU"] >= 4
-    profile = config.get_profile().with_(epochs=2, train_size=1000, test_size=200, batch_size=64)
-    path = raydata.export_mnist_parquet("train", profile.train_size, data_root=mnist_root)
-    name = "lesson03-it"
-    runs.reset_run(name)
-    trainer = raydata.make_ray_data_trainer(name, fits.training_dataset(path), profile, shuffle_buffer=256)
-    result = trainer.fit()
-    epochs = history.metric_history(result)
-    assert list(epochs["epoch"]) == [0, 1]
-    assert epochs["train_loss"].iloc[1] < epochs["train_loss"].iloc[0]
-    # Each epoch the two shards together cover the dataset once, split between the ranks.
-    assert (epochs["images_per_s"] > 0).all()
-    assert epochs["rows_seen_rank"].between(400, 600).all()
-    assert epochs["world_size"].eq(2).all()
-    scored = fits.evaluate_checkpoint(result.checkpoint, profile)
-    assert scored["accuracy"] > 0.3  # well above chance (0.1) after 2 short epochs
