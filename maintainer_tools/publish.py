@@ -71,7 +71,8 @@ def install_cell(pub: Publication) -> str:
     (on Colab, which runs as root: "Running pip as the 'root' user"), its errors still come, and
     ``installed_summary`` counts them into its one line."""
     return f'''\
-# Colab, or this lesson alone: installs the course (quiet minutes). In a clone: nothing.
+# Installs the course's package, course_utils, when missing (Colab, a notebook alone): a
+# few minutes with no output until its summary. In a clone of the course: nothing.
 import importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("course_utils") is None:
