@@ -1,8 +1,8 @@
 """Lesson 03's Ray Data exercises, checked for real on a local Ray: a transform that decodes the pixels
-(another right answer to 03.1) passes in Ray Data, and a classic way of reading a shard wrong (03.2; ``SELECTED``
-says which at each push), run on both shards of a ``streaming_split`` at once, fails with a message that names it. That the published answers
-pass is the answered lesson's (conftest.py runs it and requires "correct"); the transform's mistakes are
-caught before Ray runs (tests/unit/test_check_raydata.py)."""
+(another right answer to 03.1) passes in Ray Data, and a classic way of reading a shard wrong (03.2;
+``SELECTED`` says which at each push), run on both shards of a ``streaming_split`` at once, fails with a
+message that names it. That the published answers pass is the answered lesson's (conftest.py runs it and
+requires "correct"); the transform's mistakes are caught before Ray runs (tests/unit/test_check_raydata.py)."""
 
 import pytest
 
@@ -81,9 +81,9 @@ def test_a_transform_that_decodes_the_pixels_also_passes_in_ray_data(capsys):
     assert "Exercise 03.1: correct" in capsys.readouterr().out
 
 
-# Each push runs one mistake for real: looping over the shard itself, which only a real DataIterator
-# tells apart from its batches. How the check reads every mistake's result is tests/unit/test_check_raydata.py's;
-# COURSE_ALL_MISTAKES=all runs each one on Ray Data (the weekly job does: a Ray release can move any of them).
+# Each push runs one mistake for real: looping over the shard itself, which only a real DataIterator tells
+# apart from its batches. How the check reads every mistake's result is tests/unit/test_check_raydata.py's;
+# COURSE_ALL_MISTAKES=all runs each one on Ray Data (the weekly job does: a Ray release can move any).
 SELECTED = at_each_push("COURSE_ALL_MISTAKES", list(MISTAKES), lambda m: m == "loops over the shard")
 
 

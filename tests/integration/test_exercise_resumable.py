@@ -8,7 +8,7 @@ import re
 import pytest
 
 from course_utils.exercises import checks, lesson04
-from tests.notebook_runs import at_each_push
+from tests.notebook_runs import every_lesson
 
 pytestmark = pytest.mark.integration
 
@@ -60,14 +60,11 @@ def learner_function(source: str):
 # The weekly job runs each mistake for real (COURSE_ALL_MISTAKES=all; over a minute a fit on a slow day). At
 # each push the answered lesson runs the published loop through the same crash-and-restore harness, and how
 # the check reads every mistake's record is tests/unit/test_check_resumable.py's, from records built there.
-SELECTED = at_each_push("COURSE_ALL_MISTAKES", list(MISTAKES), lambda m: False)
-
-
 @pytest.mark.skipif(
-    not SELECTED,
+    not every_lesson("COURSE_ALL_MISTAKES"),
     reason="weekly, or COURSE_ALL_MISTAKES=all: each mistaken loop is a fit with a crash and a restart",
 )
-@pytest.mark.parametrize("mistake", SELECTED or ["(weekly)"])
+@pytest.mark.parametrize("mistake", list(MISTAKES))
 def test_a_loop_that_does_not_resume_is_named(mistake, ray_session, storage):
     old, new, words = MISTAKES[mistake]
     assert old in SOLUTION, f"the solution no longer contains {old!r}: update the test"

@@ -101,8 +101,9 @@ def test_every_lesson_runs_in_jupyterlab_weekly_and_on_demand():
 
 
 def test_the_weekly_job_runs_all_of_what_each_push_samples():
-    """Every knob that makes a push run a sample (tests.notebook_runs.at_each_push, tier_lessons, every_lesson) is set to
-    ``all`` in the weekly job, with the tests that read it: a sample nobody ever completes hides a broken path."""
+    """Every knob that makes a push run a sample (tests.notebook_runs.at_each_push, tier_lessons,
+    every_lesson) is set to ``all`` in the weekly job, with the tests that read it: a sample nobody ever
+    completes hides a broken path."""
     knobs: dict[str, set[str]] = {}
     for path in (REPO_ROOT / "tests").rglob("*.py"):
         for knob in re.findall(
