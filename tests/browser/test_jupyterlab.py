@@ -6,12 +6,13 @@ This is the setting a workshop learner has (``tests/workshop.py``: a real ``ray 
 ``RAY_ADDRESS`` and the token, ``COURSE_STORAGE=s3://...`` on moto's server, an organiser's file and
 a teammate's run and actor that lesson 06 must leave alone). The laptop's setting (local Ray, local
 storage) is what ``pytest notebooks`` runs; one browser run covers the browser, the cluster and the
-S3 paths together, as one workshop learner does. While the browser runs lessons 02 and 06, two
-more learners (their own driver processes, ``COURSE_LEARNER`` learner2 and learner3) run the same
-lesson at the same moment on the same 4-slot cluster, storage and MNIST copy, so three fits want 6
-slots (and, in the weekly run of every lesson, three lesson 05s want their model actors and pools at
-once): every one of those runs must pass without a worker-startup timeout or a traceback, and each
-learner's times end the test output.
+S3 paths together, as one workshop learner does. While the browser runs lessons 02 and 06, another
+learner (their own driver process, ``COURSE_LEARNER`` learner2) runs the same lesson at the same
+moment on the same 4-slot cluster, storage and MNIST copy; in the weekly run of every lesson a third
+(learner3) joins, so three fits want 6 slots and three lesson 05s want their model actors and pools at
+once. Every one of those runs must pass without a worker-startup timeout or a traceback, and each
+learner's times end the test output. (A fit that waits for slots someone else holds is
+``tests/integration/test_busy_cluster.py``'s at each push.)
 
 ``./build.sh lab`` is started headless (127.0.0.1, a token, a free port) on copies of the lessons
 in ``build/browser/notebooks`` (the committed notebooks stay without outputs). Debian's Chromium,
@@ -299,13 +300,14 @@ def _element_screenshot(page, element, path: Path) -> None:
     element.screenshot(path=str(path))
 
 
-# While the browser's learner runs lessons 02 and 06 (and 05 in the weekly run of every lesson), two more
+# While the browser's learner runs lessons 02 and 06 (and 05 in the weekly run of every lesson), other
 # learners of the workshop run the same lesson at the same moment, each in a process of their own (as
-# their own kernel would be), through nbmake's runner, against the same cluster, storage and MNIST copy:
-# three learners whose fits need 6 slots on the workshop's 4, three lesson 05s whose model actors and
-# pools want the slots at once, three cleanups that must each leave the others' things. One JSON line per
-# lesson. (Four at once, one per slot, ran by hand: CHANGELOG.md.)
-OTHER_LEARNERS = ("learner2", "learner3")
+# their own kernel would be), through nbmake's runner, against the same cluster, storage and MNIST copy.
+# At each push one more: two fits on the workshop's 4 slots, two cleanups that must each leave the
+# other's things. Weekly two more: three fits that need 6 slots, three lesson 05s whose model actors and
+# pools want the slots at once. One JSON line per lesson. (Four at once, one per slot, ran by hand:
+# CHANGELOG.md.)
+OTHER_LEARNERS = ("learner2", "learner3") if EVERY_LESSON else ("learner2",)
 AT_ONCE = {"02_ray_train_migration", "06_cleanup"} | ({"05_inference"} if EVERY_LESSON else set())
 LEARNER_SESSION = """
 import json, sys, time
@@ -325,7 +327,7 @@ print("LESSON " + json.dumps({
 
 
 def _start_other_learners(lesson: Path) -> dict[str, subprocess.Popen]:
-    """Learners 2 and 3 start ``lesson`` now, beside the browser's learner."""
+    """The other learners start ``lesson`` now, beside the browser's learner."""
     if lesson.stem not in AT_ONCE:
         return {}
     return {

@@ -2,8 +2,9 @@
 
 The head host runs Ray's head with 1 CPU slot, an S3 server and the learner's driver; two worker
 hosts (2 slots each, private disks) join with the token they were given. The lessons run from the
-head host with ``COURSE_STORAGE`` on that S3 server, and Ray's state API (not printed text) says
-where their ranks, read tasks, pool actors and lesson 04's killed and hung ranks ran. A local
+head host with ``COURSE_STORAGE`` on that S3 server (02, 04, 05 and 06 at each push, all six with
+``COURSE_HOSTS_LESSONS=all``), and Ray's state API (not printed text) says where their ranks, read
+tasks, pool actors and lesson 04's killed and hung ranks ran. A local
 ``COURSE_STORAGE`` stops lesson 02 at its storage cell in one sentence; a folder every host sees
 (standing for an NFS mount) carries a fit; lesson 02's loop runs as a job; a worker host lost
 mid-fit (every process killed; its link cut too with ``COURSE_HOSTS_LOSSES=all``, as
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.hosts import LOSSES, Hosts, lose_a_worker_host, submit_lesson02_job, unavailable
-from tests.notebook_runs import CLUSTER, HOSTS, LESSONS, S3, at_each_push
+from tests.notebook_runs import CLUSTER, HOSTS, LESSONS, S3, at_each_push, tier_lessons
 
 pytestmark = [pytest.mark.integration, pytest.mark.hosts, pytest.mark.path(HOSTS)]
 
@@ -29,6 +30,12 @@ CELL_TIMEOUT_S = 900
 # health checks a minute more before it declares the host dead: COURSE_HOSTS_LOSSES=all and the hosts
 # bench (whose figures lesson 04 quotes, measured both ways) lose it by a cut link too.
 SELECTED_LOSSES = at_each_push("COURSE_HOSTS_LOSSES", LOSSES, lambda how: how == "every process killed")
+# Each push runs the lessons whose Ray work crosses hosts through S3 and Ray's own routes: 02 (ranks on
+# worker hosts, rank 0 writing to S3, every host's metrics), 04 (a rank killed and a hung rank's stack read
+# on a worker host), 05 (lesson 02's checkpoint read back from S3, a pool across hosts) and 06 (what is left
+# on each host and in S3). COURSE_HOSTS_LESSONS=all (the weekly job) adds 01 (a Ray task's files come back
+# to the driver) and 03 (Parquet read on worker hosts): every lesson on three hosts.
+SELECTED_LESSONS = tier_lessons("COURSE_HOSTS_LESSONS", ("02", "04", "05", "06"))
 
 # A lesson run on the head host: the tests' own runner (nbmake's), executed copy in build/tests/hosts.
 RUN_LESSON = textwrap.dedent(
@@ -147,11 +154,11 @@ def run_on_head(hosts: Hosts, lesson: Path, env: dict[str, str]) -> tuple[dict, 
 @pytest.mark.notebooks
 @pytest.mark.path(CLUSTER)
 @pytest.mark.path(S3)
-def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
+def test_the_lessons_from_the_head_host_with_s3(hosts, summary_note):
     env = hosts.learner_env(COURSE_LEARNER="hostlearner")
     jobs, times, said = {}, [], {}
     hosts.python(S3_FILES, env, 120, args=["put", f"{hosts.bucket}/course/{TEAMMATE_OBJECT}"])
-    for lesson in LESSONS:
+    for lesson in SELECTED_LESSONS:
         before, _ = driver_jobs(hosts, env)
         out, started, ended = run_on_head(hosts, lesson, env)
         after, query = driver_jobs(hosts, env)
@@ -182,7 +189,7 @@ def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
     )
 
     def job_of(lesson: str) -> set[str]:
-        return jobs[lesson]
+        return jobs.get(lesson, set())  # a lesson this run did not select ran no job
 
     def hosts_of(rows: list[dict], lesson: str, keep) -> list[str]:
         jobs = job_of(lesson)
@@ -214,10 +221,13 @@ def test_every_lesson_from_the_head_host_with_s3(hosts, summary_note):
     summary_note(f"hosts tier, where things ran: {placed}")
     assert all(len(ids) == 1 for ids in jobs.values()), f"one driver job per lesson: {jobs}"
     assert any(h.startswith("worker") for h in train_02), f"lesson 02 ran no rank on a worker host: {placed}"
-    assert any(h.startswith("worker") for h in train_03), f"lesson 03 ran no rank on a worker host: {placed}"
-    assert any(h.startswith("worker") for h in reads_03), (
-        f"lesson 03 read no Parquet on a worker host: {placed}"
-    )
+    if "03" in jobs:
+        assert any(h.startswith("worker") for h in train_03), (
+            f"lesson 03 ran no rank on a worker host: {placed}"
+        )
+        assert any(h.startswith("worker") for h in reads_03), (
+            f"lesson 03 read no Parquet on a worker host: {placed}"
+        )
     # (the head's one slot may hold a pool actor too, when it is free)
     assert any(h.startswith("worker") for h in pool_05), (
         f"lesson 05's pool ran nothing on a worker host: {placed}"
