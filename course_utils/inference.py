@@ -284,6 +284,7 @@ def trained_result(run_name: str | None = None):
     When the run is missing or holds no checkpoint (lesson 05 run on its own), trains it now
     through ``course_utils.training.make_trainer`` and says so.
     """
+    from course_utils.config import get_profile
     from course_utils.storage import LESSON02_RUN, result_from_run, run_exists
     from course_utils.training import make_trainer
 
@@ -298,11 +299,17 @@ def trained_result(run_name: str | None = None):
                 return result
         except RuntimeError as exc:  # the folder exists but the run never registered a checkpoint
             print(f"Run {run_name!r} cannot be read back ({exc}).")
+    profile = get_profile()
     print(
-        f"No checkpoint of run {run_name!r} in storage yet (lesson 02 has not run here), so training a "
-        "small one now with course_utils.training.make_trainer: about a minute in the smoke profile."
+        f"No checkpoint of run {run_name!r} in storage yet (lesson 02 has not run here), so training it "
+        f"now with course_utils.training.make_trainer: {profile.epochs} epochs on {profile.train_size:,} "
+        f"digits, {profile.num_workers} worker(s) (the {profile.name} profile)...",
+        flush=True,
     )
-    return make_trainer(run_name).fit()
+    started = time.perf_counter()
+    result = make_trainer(run_name, profile).fit()
+    print(f"Trained run {run_name!r} in {time.perf_counter() - started:.0f} s.")
+    return result
 
 
 def placeholder_checkpoint(directory: str | Path | None = None) -> Path:
