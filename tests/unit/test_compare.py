@@ -20,6 +20,11 @@ def test_two_cpu_workers_slower_than_lesson_01_say_why():
     assert lines[1].startswith("Why it is not faster here: the 2 workers share the 2 CPU core(s)")
 
 
+def test_two_cpu_workers_level_with_lesson_01_say_why():
+    lines = compare.against_lesson01(_history(125), workers=2, use_gpu=False, baseline=_history(123), cores=2)
+    assert "1.02x" in lines[0] and lines[1].startswith("Why it is not faster here")
+
+
 def test_a_run_that_came_out_ahead_is_not_explained_away():
     lines = compare.against_lesson01(_history(700), workers=2, use_gpu=False, baseline=_history(650), cores=8)
     assert len(lines) == 1 and "1.08x" in lines[0]
