@@ -33,7 +33,8 @@ def lesson01_history(folder: Path | None = None) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
 
-NO_GAIN = 1.05  # a ratio to lesson 01 under this is "not faster"
+# A ratio to lesson 01 under this is "not faster": images/s varies about 5% between runs here.
+NO_GAIN = 1.05
 
 
 def against_lesson01(
@@ -67,7 +68,6 @@ def against_lesson01(
         )
         return lines
     cores = cores or os.cpu_count() or 1
-    # within 5% of lesson 01 is no gain: images/s varies about that much between runs here
     if workers > 1 and ratio < NO_GAIN:
         lines.append(
             f"Why it is not faster here: the {workers} workers share the {cores} CPU core(s) lesson 01's one "

@@ -213,10 +213,14 @@ def test_the_lessons_from_the_head_host_with_s3(hosts, summary_note):
     train_03 = hosts_of(where["actors"], "03", lambda a: a["class"] == "RayTrainWorker")
     reads_03 = hosts_of(where["tasks"], "03", lambda t: t["name"].startswith("Read"))
     pool_05 = hosts_of(where["actors"], "05", lambda a: "MapBatches(BatchPredictor)" in a["class"])
+    placed_03 = (
+        f"lesson 03's train workers {train_03}, read tasks {sorted(set(reads_03))} ({len(reads_03)})"
+        if "03" in jobs
+        else "lesson 03 not selected"
+    )
     placed = (
-        f"lesson 02's ranks {ranks_02}, train workers {train_02}; lesson 03's train workers {train_03}, "
-        f"read tasks {sorted(set(reads_03))} ({len(reads_03)}); lesson 04's SIGKILLed rank at {sorted(killed_04)}, "
-        f"its hung ranks at {sorted(hung_04)}; lesson 05's pool actors {pool_05}"
+        f"lesson 02's ranks {ranks_02}, train workers {train_02}; {placed_03}; lesson 04's SIGKILLed rank at "
+        f"{sorted(killed_04)}, its hung ranks at {sorted(hung_04)}; lesson 05's pool actors {pool_05}"
     )
     summary_note(f"hosts tier, where things ran: {placed}")
     assert all(len(ids) == 1 for ids in jobs.values()), f"one driver job per lesson: {jobs}"
