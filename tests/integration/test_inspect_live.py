@@ -34,7 +34,9 @@ def test_hang_stacks_show_both_ranks_in_the_learners_code(ray_session, storage, 
         ray.train.report({"done": 1})
 
     monkeypatch.setenv("RAY_TRAIN_COLLECTIVE_WARN_INTERVAL_S", "2")
-    monkeypatch.setenv("RAY_TRAIN_COLLECTIVE_TIMEOUT_S", "6")
+    # The dumps must land while rank 0 still waits in report: on a loaded 2-core machine they
+    # took over 4 s once (a 6 s timeout ended the wait first), so the hang holds for 15 s.
+    monkeypatch.setenv("RAY_TRAIN_COLLECTIVE_TIMEOUT_S", "15")
     watch = stacks.HangWatch("inspect-live-hang").start()
     with pytest.raises(TrainingFailedError) as failed:
         TorchTrainer(
@@ -46,12 +48,16 @@ def test_hang_stacks_show_both_ranks_in_the_learners_code(ray_session, storage, 
     assert "have not joined" in str(failed.value)
     assert watch.warning and "join the `ray.train.report` call: [1]" in watch.warning
     by_rank = {stack.rank: stack for stack in watch.stacks}
-    assert sorted(by_rank) == [0, 1], "both ranks found, with their ranks, through Ray Train's run state"
+    assert sorted(by_rank) == [0, 1], watch.report("both ranks found, through Ray Train's run state")
     waiting = by_rank[0].learner_frames()
-    assert [f.function.split(".")[-1] for f in waiting] == ["hang_loop"]
+    assert [f.function.split(".")[-1] for f in waiting] == ["hang_loop"], watch.report(
+        "rank 0 waits at its report"
+    )
     assert "ray.train.report" in waiting[0].source()
     skipping = by_rank[1].learner_frames()
-    assert [f.function.split(".")[-1] for f in skipping] == ["hang_loop", "stuck_elsewhere"]
+    assert [f.function.split(".")[-1] for f in skipping] == ["hang_loop", "stuck_elsewhere"], watch.report(
+        "rank 1 is busy in its own code"
+    )
     assert "time.sleep(60)" in skipping[-1].source()
     assert by_rank[1].waiting_in().function.endswith("sleep") or "sleep" in by_rank[1].describe()
     assert all(stack.source == "py-spy" for stack in watch.stacks)
