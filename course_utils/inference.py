@@ -278,11 +278,11 @@ def confusion_counts(
     return matrix
 
 
-def trained_result(run_name: str | None = None):
-    """The ``ray.train.Result`` of lesson 02's run, read back from storage with ``Result.from_path``.
+def train_if_missing(run_name: str | None = None) -> None:
+    """Make sure storage holds run ``run_name`` (lesson 02's by default) with a kept checkpoint.
 
-    When the run is missing or holds no checkpoint (lesson 05 run on its own), trains it now
-    through ``course_utils.training.make_trainer`` and says so.
+    When it is missing or holds none (lesson 05 run on its own), trains it now through
+    ``course_utils.training.make_trainer`` and says so; otherwise says where it found it.
     """
     from course_utils.config import get_profile
     from course_utils.storage import LESSON02_RUN, result_from_run, run_exists
@@ -294,9 +294,9 @@ def trained_result(run_name: str | None = None):
             result = result_from_run(run_name)  # ray.train.Result.from_path, any COURSE_STORAGE
             if result.best_checkpoints:
                 print(
-                    f"Found run {run_name!r} with {len(result.best_checkpoints)} kept checkpoint(s) at {result.path}"
+                    f"Found run {run_name!r} in storage, with {len(result.best_checkpoints)} kept checkpoint(s)."
                 )
-                return result
+                return
         except RuntimeError as exc:  # the folder exists but the run never registered a checkpoint
             print(f"Run {run_name!r} cannot be read back ({exc}).")
     profile = get_profile()
@@ -307,9 +307,8 @@ def trained_result(run_name: str | None = None):
         flush=True,
     )
     started = time.perf_counter()
-    result = make_trainer(run_name, profile).fit()
+    make_trainer(run_name, profile).fit()
     print(f"Trained run {run_name!r} in {time.perf_counter() - started:.0f} s.")
-    return result
 
 
 def placeholder_checkpoint(directory: str | Path | None = None) -> Path:

@@ -33,6 +33,7 @@ class FitRecord:
     global_batch: int
     num_workers: int
     events: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0  # how long fit() ran, start-up included
 
     def of(self, kind: str, rank: int | None = None, attempt: int | None = None) -> list[dict[str, Any]]:
         """The events of one kind, optionally of one rank and one attempt, in order."""
@@ -231,6 +232,7 @@ def fit_learner_function(
         ),
     )
     error, result = None, None
+    started = time.perf_counter()
     with temporary_env(COLLECTIVE_ENV):  # read from the driver's environment when the fit starts
         try:
             result = trainer.fit()
@@ -238,7 +240,8 @@ def fit_learner_function(
             error = exc
     events = ray.get(recorder.all.remote())
     ray.kill(recorder)
-    return FitRecord(error, result, epochs, global_batch, num_workers, events)
+    seconds = time.perf_counter() - started
+    return FitRecord(error, result, epochs, global_batch, num_workers, events, seconds)
 
 
 def failure_summary(error: BaseException) -> str:
