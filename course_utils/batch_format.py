@@ -9,7 +9,7 @@ actor importing ``to_model_input`` skips torchvision (about 1 s of start-up per 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,16 +34,6 @@ def check_columns(schema: Any, required: Sequence[str] = REQUIRED_COLUMNS, what:
             f"Write it with course_utils.raydata.write_parquet (columns {IMAGE!r}: 784 uint8 bytes, "
             f"{LABEL!r}: int64) or rename your columns with ds.rename_columns(...)."
         )
-
-
-def image_label_pairs(
-    batches: Iterable[dict[str, torch.Tensor]],
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Ray Data's dict batches ``{"image": ..., "label": ...}`` as the ``(images, labels)`` pairs
-    lesson 01's ``train_one_epoch`` takes; a batch without those columns is a clear error."""
-    for batch in batches:
-        check_columns(batch, what="training batch")
-        yield batch[IMAGE], batch[LABEL]
 
 
 MEAN, STD = 0.1307, 0.3081

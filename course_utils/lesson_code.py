@@ -18,7 +18,6 @@ from torch.utils.data import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from course_utils import data, faults, resumable
-from course_utils.batch_format import IMAGE, LABEL, image_label_pairs
 from course_utils.checkpoints import (
     load_state,
     rank0_checkpoint,
@@ -133,15 +132,15 @@ def train_loop_ray_data(config: dict) -> None:
         start = time.perf_counter()
         batches = shard.iter_torch_batches(
             batch_size=batch,
-            dtypes={IMAGE: torch.float32, LABEL: torch.int64},
+            dtypes={"image": torch.float32, "label": torch.int64},
             device=device,  # batches arrive on this worker's device
             # rows mixed on this worker, no network
             local_shuffle_buffer_size=config["shuffle_buffer"],
             local_shuffle_seed=config["seed"] + epoch,  # a new order every epoch
         )
-        train_loss, images = train_one_epoch(
-            model, image_label_pairs(batches), optimizer, device
-        )
+        # the (images, labels) pairs lesson 01's train_one_epoch takes
+        pairs = ((b["image"], b["label"]) for b in batches)
+        train_loss, images = train_one_epoch(model, pairs, optimizer, device)
         metrics = epoch_metrics(
             model,
             test_loader,

@@ -58,7 +58,6 @@ from torch.utils.data import DistributedSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from course_utils import data, faults, resumable
-from course_utils.batch_format import IMAGE, LABEL, image_label_pairs
 from course_utils.checkpoints import (
     load_state,
     rank0_checkpoint,

@@ -198,28 +198,6 @@ def _shard(digits, rows: int = 64) -> FakeShard:
     return FakeShard(torch.from_numpy(out["image"]), torch.from_numpy(out["label"]))
 
 
-def test_image_label_pairs_feeds_train_one_epoch(digits):
-    shard = _shard(digits)
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    cpu = torch.device("cpu")
-    first, images = steps.train_one_epoch(
-        model, batch_format.image_label_pairs(shard.iter_torch_batches(batch_size=16)), optimizer, cpu
-    )
-    second, _ = steps.train_one_epoch(
-        model, batch_format.image_label_pairs(shard.iter_torch_batches(batch_size=16)), optimizer, cpu
-    )
-    assert images == 64
-    assert np.isfinite(first) and second < first
-
-
-def test_image_label_pairs_wrong_columns_is_a_clear_error():
-    shard = FakeShard(torch.zeros(4, 1, 28, 28), torch.zeros(4), columns=("x", "y"))
-    with pytest.raises(batch_format.DatasetColumnsError) as info:
-        next(batch_format.image_label_pairs(shard.iter_torch_batches(batch_size=2)))
-    assert "training batch" in str(info.value)
-
-
 def test_train_loop_ray_data_streams_the_shard_and_reports_every_epoch(digits, mnist_root, monkeypatch):
     """The lesson 03 loop on one fake worker: Ray Train's calls stand in, the training is real."""
     import ray.train
