@@ -30,18 +30,6 @@ ACTOR_PREFIX = "course-"
 NUM_CLASSES = 10
 
 
-def model_worker_options(use_gpu: bool | None = None) -> dict[str, float]:
-    """Ray resources for one model actor: 1 CPU, plus 1 GPU only when one exists (``use_gpu=None``
-    asks the running cluster or, without Ray, this machine)."""
-    if use_gpu is None:
-        import ray
-
-        from course_utils.device import has_gpu
-
-        use_gpu = ray.cluster_resources().get("GPU", 0) >= 1 if ray.is_initialized() else has_gpu()
-    return {"num_cpus": 1, "num_gpus": 1} if use_gpu else {"num_cpus": 1}
-
-
 def gpu_share(pool_size: int, gpus: float) -> float:
     """The GPU each of ``pool_size`` model actors asks for on a cluster with ``gpus`` GPUs: a whole
     one when there are enough, else an equal share (1 GPU, 2 actors: 0.5 each); 0 without GPUs.
@@ -211,11 +199,6 @@ def actor_name(kind: str, name: str | None = None) -> str:
     if not name.startswith(ACTOR_PREFIX):
         raise ValueError(f"Course actor names start with {ACTOR_PREFIX!r}, got {name!r}.")
     return name
-
-
-def slots_needed(resources: dict[str, float]) -> dict[str, float]:
-    """``num_cpus``/``num_gpus`` options as the slots they need (``progress.wait_for_free``'s form)."""
-    return {"CPU": resources.get("num_cpus", 0), "GPU": resources.get("num_gpus", 0)}
 
 
 def images_dataset(images: np.ndarray, labels: np.ndarray | None = None, blocks: int = 4):

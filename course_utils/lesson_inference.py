@@ -56,18 +56,18 @@ class ModelWorker:
 
 def start_model_worker(checkpoint, name: str | None = None):
     """Start ``ModelWorker`` as a Ray actor: 1 CPU, a GPU where the cluster has one."""
-    # {"num_cpus": 1}, plus "num_gpus": 1 on a cluster with GPUs
-    resources = inference.model_worker_options()
+    num_gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
     # On a busy cluster: wait in line, holding nothing, until those slots are free.
-    progress.wait_for_free(inference.slots_needed(resources), "this model actor")
-    actor = ray.remote(ModelWorker).options(
+    progress.wait_for_free({"CPU": 1, "GPU": num_gpus}, "this model actor")
+    actor_class = ray.remote(ModelWorker).options(
+        num_cpus=1,
+        num_gpus=num_gpus,
         # a "course-" name in this learner's namespace: how lesson 06 finds it, and
         # never another learner's actor
         name=inference.actor_name("model-worker", name),
         namespace=config.learner_namespace(),
-        **resources,
     )
-    return actor.remote(checkpoint)  # returns at once: the actor loads in its process
+    return actor_class.remote(checkpoint)  # at once: the actor loads in its process
 
 
 # From 05_inference.ipynb, cell 16:

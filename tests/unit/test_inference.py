@@ -41,11 +41,6 @@ def test_to_model_input_shapes_and_read_only_arrays():
     assert "28, 28" in str(info.value)
 
 
-def test_model_worker_options_ask_for_a_gpu_only_when_told_there_is_one():
-    assert inference.model_worker_options(use_gpu=False) == {"num_cpus": 1}
-    assert inference.model_worker_options(use_gpu=True) == {"num_cpus": 1, "num_gpus": 1}
-
-
 @pytest.mark.parametrize(
     ("pool", "gpus", "share"),
     [(2, 0, 0.0), (2, 1, 0.5), (2, 2, 1.0), (2, 4, 1.0), (3, 1, 1 / 3), (4, 2, 0.5), (1, 1, 1.0)],
@@ -282,8 +277,3 @@ def test_actor_name_is_the_courses_and_refuses_one_lesson_06_would_not_find():
     assert inference.actor_name("model-worker", "course-mine") == "course-mine"
     with pytest.raises(ValueError, match="start with 'course-'"):
         inference.actor_name("model-worker", "mine")
-
-
-def test_slots_needed_reads_the_actor_options():
-    assert inference.slots_needed({"num_cpus": 1}) == {"CPU": 1, "GPU": 0}
-    assert inference.slots_needed({"num_cpus": 1, "num_gpus": 0.5}) == {"CPU": 1, "GPU": 0.5}
