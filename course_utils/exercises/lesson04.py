@@ -253,5 +253,6 @@ def check_resumable(train_fn: Any, exercise: str = "04.4") -> None:
         exercise,
         f"attempt 1 checkpointed epoch 0 and crashed in epoch 1; attempt 2 continued at epoch 1 with the "
         f"trained weights (its loss {resumed:.3f}, the fresh start's {first:.3f}), the final history "
-        f"has every epoch once, and global_step went on counting across the restart (the check's fit took {record.seconds:.0f} s).",
+        f"has every epoch once, and global_step went on counting across the restart (the check's fit "
+        f"took {record.seconds:.0f} s).",
     )

@@ -181,15 +181,14 @@ def test_read_digits_wrong_columns_fails_before_ray(tmp_path):
 class FakeShard:
     """Stands in for ``ray.train.get_dataset_shard``: records the call, yields dict batches."""
 
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, columns=("image", "label")):
-        self.images, self.labels, self.columns, self.calls = images, labels, columns, []
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        self.images, self.labels, self.calls = images, labels, []
 
     def iter_torch_batches(self, **kwargs):
         self.calls.append(kwargs)
         size = kwargs["batch_size"]
         for i in range(0, len(self.labels), size):
-            batch = {"image": self.images[i : i + size], "label": self.labels[i : i + size]}
-            yield {name: batch[key] for name, key in zip(self.columns, ("image", "label"), strict=True)}
+            yield {"image": self.images[i : i + size], "label": self.labels[i : i + size]}
 
 
 def _shard(digits, rows: int = 64) -> FakeShard:
