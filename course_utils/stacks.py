@@ -504,13 +504,14 @@ def wait_for_readers(
     refs: list[Any], timeout_s: float, since: float, stacks: list[WorkerStack] = ()
 ) -> list[Any]:
     """``ray.get`` the readers' results, but raise ``SplitHangError`` instead of waiting for ever.
-    ``since``: when the reads started (``time.monotonic()``); ``stacks`` name the idle readers."""
+    ``since``: when the reads started (``time.monotonic()``); ``stacks`` name the idle readers (a
+    reader whose stack py-spy could not read is not called idle: nothing says where it is)."""
     import ray
 
     try:
         return ray.get(refs, timeout=timeout_s)
     except ray.exceptions.GetTimeoutError:
-        idle = [s for s in stacks if not s.learner_frames(["read_shard"])]
+        idle = [s for s in stacks if s.unavailable is None and not s.learner_frames(["read_shard"])]
         who = ", ".join(f"{s.role} {s.rank} (pid {s.pid})" for s in idle) or "another reader"
         raise SplitHangError(
             f"{len(refs)} reader(s) of a streaming_split still had no batch after {time.monotonic() - since:.0f} s: "

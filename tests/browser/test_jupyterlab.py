@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,9 @@ OUT = REPO_ROOT / "build" / "browser"
 # Lessons whose tqdm bars stay on screen (others close theirs: leave=False); 02's is its fit's bar.
 TQDM_LESSONS = {"01_single_gpu_baseline", "02_ray_train_migration", "03_ray_data_integration"}
 RUN_TIMEOUT_S = 1200  # a lesson's run-all (lesson 04 takes 4-5 min on 2 cores)
+# What a kernel that ran Ray could print to JupyterLab's terminal when it is restarted or closed: absl's C++
+# stack on SIGTERM ("*** SIGTERM received ... PC: @ ..."), or Ray's C++ log lines ("core_worker.cc:123").
+RAY_ON_STOP = re.compile(r"SIGTERM received|PC: @|^\s*@\s+0x[0-9a-f]+|\b\w+\.cc:\d+")
 
 
 class Lab:
@@ -96,6 +100,20 @@ class Lab:
 
     def log_tail(self, n: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+    def log_since(self, offset: int) -> list[str]:
+        """The server's terminal lines written after byte ``offset`` (its kernels' stderr goes there too)."""
+        with self.log.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace").splitlines()
+
+    def restart_kernel(self, kernel_id: str, timeout_s: float = 120) -> None:
+        """What JupyterLab's Kernel > Restart Kernel asks the server, then wait for the new kernel."""
+        self.api(f"/api/kernels/{kernel_id}/restart", method="POST")
+        deadline = time.monotonic() + timeout_s
+        while self.api(f"/api/kernels/{kernel_id}")["execution_state"] != "idle":
+            assert time.monotonic() < deadline, f"the restarted kernel was not idle after {timeout_s} s"
+            time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")
@@ -375,6 +393,7 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report, workshop, summa
     page.on("pageerror", lambda e: console_errors.append(str(e)))
     page.set_default_timeout(120_000)
     started = time.monotonic()
+    restarted_at = None  # the server log's size when the learner restarted the kernel
     try:
         page.goto(f"{lab.base}/lab/tree/{name}?reset&token={lab.token}")
         page.wait_for_selector(".jp-NotebookPanel .jp-Toolbar-kernelName")
@@ -400,6 +419,9 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report, workshop, summa
             ("progress", ".jp-OutputArea-output:has(.widget-hprogress)"),
         ):
             _element_screenshot(page, page.locator(selector).first, OUT / f"{lesson.stem}-{kind}.png")
+        # The learner restarts the kernel that ran Ray; then it is closed (finally, below).
+        restarted_at = lab.log.stat().st_size
+        lab.restart_kernel(sessions[0]["kernel"]["id"])
     except Exception as failure:
         page.screenshot(path=str(OUT / f"{lesson.stem}-failed.png"))
         for process in others.values():  # the other learners' sessions end with this lesson's failure
@@ -415,6 +437,11 @@ def test_lesson_runs_in_jupyterlab(lesson, lab, browser, report, workshop, summa
         for session in lab.api("/api/sessions") or []:
             lab.api(f"/api/sessions/{session['id']}", method="DELETE")
         context.close()
+    if restarted_at is not None:
+        on_stop = [line for line in lab.log_since(restarted_at) if RAY_ON_STOP.search(line)]
+        assert not on_stop, (
+            f"{name}: restarting and closing its kernel printed Ray's internals: {on_stop[:20]}"
+        )
 
     if others:
         together = _other_learners_results(others, lesson)

@@ -51,7 +51,7 @@ RUN_LESSON = textwrap.dedent(
         "failed_first_line": result.nb.cells[failed].source.splitlines()[0] if failed is not None else None,
         # a cluster the driver joined: the GCS's kill-race line reaches every driver (SHARED_CLUSTER_LINES)
         "alarming": alarming_output(result.nb, Path(sys.argv[1]).name, shared_cluster=True),
-        # the printed lines that match the test's pattern (lesson 02's utilization summary)
+        # the printed lines that match the test's pattern (lesson 02's utilization, lesson 04's stacks)
         "said": [line for cell in result.nb.cells for out in cell.get("outputs", []) if out.get("name") == "stdout"
                  for line in out["text"].splitlines() if re.search(sys.argv[3], line)],
     }))
@@ -139,14 +139,16 @@ def left_on(host) -> list[str]:
     ]
 
 
-# Lesson 02's utilization summary: "<n> scrapes of <k> node(s) over <s> s: ..." (metrics.Samples.describe).
-SCRAPES = r"scrapes of \d+ node\(s\)"
+# Lesson 02's utilization summary: "<n> scrapes of <k> node(s) over <s> s: ..." (metrics.Samples.describe),
+# and the first line of each rank's stack in lesson 04's hang: "rank 1 (pid 123, py-spy on its node): ..."
+# (WorkerStack.describe).
+SAID = r"scrapes of \d+ node\(s\)|^rank \d+ \(pid \d+, "
 
 
 def run_on_head(hosts: Hosts, lesson: Path, env: dict[str, str]) -> tuple[dict, float, float]:
     """Run ``lesson`` on the head host; its result, and its start and end by the wall clock."""
     started = time.time()
-    args = [str(lesson), str(CELL_TIMEOUT_S), SCRAPES]
+    args = [str(lesson), str(CELL_TIMEOUT_S), SAID]
     out = hosts.python(RUN_LESSON, env, CELL_TIMEOUT_S * 2, args=args)
     return out, started, time.time()
 
@@ -237,9 +239,14 @@ def test_the_lessons_from_the_head_host_with_s3(hosts, summary_note):
         f"lesson 05's pool ran nothing on a worker host: {placed}"
     )
     # Lesson 04 killed a rank on a worker host (from a task there) and read a hung rank's stack there
-    # through the dashboard: its self-check asserts both happened, this says where.
+    # with py-spy in a task pinned to its node (the head was started without the dashboard's profiling
+    # route): its self-check asserts both happened, this says where and how.
     assert killed_04 & workers, f"lesson 04's SIGKILLed rank ran on no worker host: {placed}"
     assert hung_04 & workers, f"lesson 04's hung ranks ran on no worker host: {placed}"
+    stacks_04 = [line for line in said["04"] if line.startswith("rank ")]
+    summary_note(f"hosts tier, lesson 04's hung ranks: {stacks_04}")
+    assert any("py-spy on its node)" in line for line in stacks_04), stacks_04
+    assert not [line for line in stacks_04 if "could not be read" in line], stacks_04
     # Lesson 02's utilization read every host's metrics port while the fit ran.
     summary_note(f"hosts tier, lesson 02's utilization: {said['02']}")
     assert any(f"of {len(hosts.hosts)} node(s)" in line for line in said["02"]), said["02"]

@@ -6,6 +6,7 @@ runs on this machine) and as plain text (what the dashboard's /worker/traceback 
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -95,6 +96,32 @@ def test_dump_local_of_a_real_process():
     assert [f.function for f in stacks.learner_frames(frames, ["learner_sleep"])] == ["learner_sleep"]
 
 
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv (CI has both)"
+)
+def test_a_process_py_spy_may_not_read_is_one_sentence(monkeypatch, tmp_path):
+    # What a Mac without sudo, or Ubuntu's ptrace_scope 1, does to py-spy, for real: py-spy runs without
+    # CAP_SYS_PTRACE and the kernel refuses it a process that holds more capabilities than it does.
+    real = stacks.py_spy()
+    refused = tmp_path / "py-spy"
+    refused.write_text(
+        f'#!/bin/sh\nexec setpriv --bounding-set=-sys_ptrace --inh-caps=-sys_ptrace {real} "$@"\n'
+    )
+    refused.chmod(0o755)
+    monkeypatch.setattr(stacks, "py_spy", lambda: str(refused))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(1.0)
+        [stack] = stacks.worker_stacks([{"pid": proc.pid, "rank": 1}])
+    finally:
+        proc.kill()
+        proc.wait()
+    assert stack.threads == {} and "Permission denied" in stack.unavailable, stack.unavailable
+    line = stack.describe()
+    assert line.startswith(f"rank 1 (pid {proc.pid}, no stack): its stack could not be read (py-spy dump")
+    assert line.endswith("the lesson goes on without it") and "\n" not in line, line
+
+
 def test_dump_local_explains_a_missing_process():
     with pytest.raises(stacks.StackUnavailable, match="py-spy dump --pid"):
         stacks.dump_local(2**22 + os.getpid())
@@ -175,6 +202,11 @@ def test_reader_stacks_and_the_error_naming_the_idle_reader(monkeypatch):
     with pytest.raises(stacks.SplitHangError) as err:
         stacks.wait_for_readers(["ref"], timeout_s=1, since=time.monotonic() - 40, stacks=[reading, idle])
     assert "after 40 s" in str(err.value) and "reader 1 (pid 102) never did" in str(err.value)
+    # where py-spy may not read (macOS, Ubuntu's ptrace_scope), a reader is not called idle for lack of frames
+    unread = stacks.WorkerStack(101, {}, rank=0, role="reader", unavailable="py-spy dump --pid 101 failed")
+    with pytest.raises(stacks.SplitHangError) as err:
+        stacks.wait_for_readers(["ref"], timeout_s=1, since=time.monotonic() - 40, stacks=[unread, idle])
+    assert "reader 1 (pid 102) never did" in str(err.value) and "reader 0" not in str(err.value)
 
 
 def test_wait_for_answers_or_times_out():
