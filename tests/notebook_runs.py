@@ -80,6 +80,9 @@ def error_text(result: NotebookResult) -> str:
 # ------------------------------------------------------------ what a learner reads as "it broke"
 
 TRACEBACK = "Traceback (most recent call last)"
+# What a kernel that ran Ray may print to its terminal (not its cells) when it is stopped or restarted: absl's
+# C++ stack on SIGTERM ("*** SIGTERM received ... PC: @ ..."), or Ray's C++ log lines ("core_worker.cc:123").
+RAY_ON_STOP = re.compile(r"SIGTERM received|PC: @|^\s*@\s+0x[0-9a-f]+|\b\w+\.cc:\d+")
 REPORT_DUMP = "TrainingReport("  # Ray Train's INFO line for every report of every rank
 # Cells that show a failure on purpose, by lesson and the cell's first line: a traceback there
 # is the lesson (lesson 04 injects faults; Ray Train logs the failing rank's traceback).

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -54,7 +53,7 @@ from maintainer_tools.cluster import _end_group
 from maintainer_tools.run_course import KERNEL
 from tests.chromium import browser, chromium, nonlocal_requests  # noqa: F401 (browser, chromium: fixtures)
 from tests.notebook_runs import BROWSER as BROWSER_PATH
-from tests.notebook_runs import CLUSTER, LESSONS, S3, SHARED, every_lesson, tier_lessons
+from tests.notebook_runs import CLUSTER, LESSONS, RAY_ON_STOP, S3, SHARED, every_lesson, tier_lessons
 from tests.workshop import check_others_left_alone, workshop  # noqa: F401 (workshop: a fixture)
 
 pytestmark = [
@@ -79,9 +78,6 @@ OUT = REPO_ROOT / "build" / "browser"
 # Lessons whose tqdm bars stay on screen (others close theirs: leave=False); 02's is its fit's bar.
 TQDM_LESSONS = {"01_single_gpu_baseline", "02_ray_train_migration", "03_ray_data_integration"}
 RUN_TIMEOUT_S = 1200  # a lesson's run-all (lesson 04 takes 4-5 min on 2 cores)
-# What a kernel that ran Ray could print to JupyterLab's terminal when it is restarted or closed: absl's C++
-# stack on SIGTERM ("*** SIGTERM received ... PC: @ ..."), or Ray's C++ log lines ("core_worker.cc:123").
-RAY_ON_STOP = re.compile(r"SIGTERM received|PC: @|^\s*@\s+0x[0-9a-f]+|\b\w+\.cc:\d+")
 
 
 class Lab:

@@ -19,7 +19,7 @@ import pytest
 
 from course_utils.config import REPO_ROOT
 from tests import colab
-from tests.notebook_runs import COLAB, alarming_output, tier_lessons
+from tests.notebook_runs import COLAB, RAY_ON_STOP, alarming_output, tier_lessons
 
 pytestmark = [pytest.mark.integration, pytest.mark.colab, pytest.mark.path(COLAB)]
 
@@ -57,6 +57,9 @@ def test_a_lesson_alone_installs_the_course_and_runs(lesson: Path, wheel: Path, 
 
     alarming = alarming_output(nb, lesson.name)
     assert not alarming, f"{lesson.name} in a Colab-shaped venv:\n  " + "\n  ".join(alarming)
+    # nbclient stopped the kernel at the end, as papermill does: nothing of Ray's C++ in its terminal
+    on_stop = [line for line in run.error.splitlines() if RAY_ON_STOP.search(line)]
+    assert not on_stop, f"{lesson.name}'s kernel, stopped, printed Ray's internals: {on_stop[:20]}"
 
     # What the lesson wrote is beside it (its data and storage folders), and nothing in the checkout.
     written = sorted(p.name for p in content.iterdir())
