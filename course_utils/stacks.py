@@ -514,7 +514,7 @@ def wait_for_readers(
         idle = [s for s in stacks if s.unavailable is None and not s.learner_frames(["read_shard"])]
         who = ", ".join(f"{s.role} {s.rank} (pid {s.pid})" for s in idle) or "another reader"
         raise SplitHangError(
-            f"{len(refs)} reader(s) of a streaming_split still had no batch after {time.monotonic() - since:.0f} s: "
+            f"the reader(s) waiting on a streaming_split had no batch after {time.monotonic() - since:.0f} s: "
             f"a split starts an epoch only when every split's reader asks for it, and {who} never did. "
             "Every worker must iterate its shard every epoch (no `if rank == 0:` around the loop)."
         ) from None
