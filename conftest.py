@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from nbmake.pytest_items import NotebookFailedException, NotebookItem
 
-from tests.notebook_runs import ANSWERED, LAPTOP
+from maintainer_tools.harness.notebook_runs import ANSWERED, LAPTOP
 
 LESSON = re.compile(r"^\d\d_.*\.ipynb$")
 
@@ -48,7 +48,7 @@ class LessonItem(NotebookItem):
 
     def runtest(self) -> None:
         from maintainer_tools import answered
-        from tests.notebook_runs import (
+        from maintainer_tools.harness.notebook_runs import (
             alarming_output,
             progress_text_not_final,
             run_lesson,
@@ -71,7 +71,7 @@ class LessonItem(NotebookItem):
             raise AssertionError(
                 f"{Path(self.filename).name} ran fine, but its output shows what a learner reads as 'it broke' "
                 "(see the executed copy under build/tests/lessons/; Ray's own logs belong in its log folder, "
-                "course_utils.logs):\n  " + "\n  ".join(alarming)
+                "course_utils.internals.logs):\n  " + "\n  ".join(alarming)
             )
         stale = progress_text_not_final(result.nb)
         if stale:

@@ -1,40 +1,17 @@
 """Helpers for the Ray Train course: plumbing the notebooks import so they can show only what
-each lesson teaches (README.md in this folder maps each lesson to its modules). Importing this
-package does no work: no Ray start, no downloads."""
+each lesson teaches. ``core`` is what every lesson shares; ``lesson03`` ... ``lesson06`` each hold
+what one lesson alone uses; ``internals`` reads Ray from the side; ``exercises`` checks answers;
+``lesson_code`` and ``lesson_inference`` are generated from the lessons' ``#@save`` cells
+(README.md in this folder draws it). Importing this package does no work: no Ray start, no downloads."""
 
 __all__ = [
-    "batch_format",
-    "checkpoints",
-    "cleanup",
-    "compare",
-    "config",
-    "dashboard",
-    "data",
-    "device",
-    "elastic",
+    "core",
     "exercises",
-    "faults",
-    "history",
-    "inference",
-    "inference_timing",
-    "install",
+    "internals",
+    "lesson03",
+    "lesson04",
+    "lesson05",
+    "lesson06",
     "lesson_code",
     "lesson_inference",
-    "logs",
-    "metrics",
-    "model",
-    "notebook",
-    "periodic",
-    "plan",
-    "plots",
-    "progress",
-    "raydata",
-    "rayinternals",
-    "resumable",
-    "runstate",
-    "session",
-    "stacks",
-    "steps",
-    "storage",
-    "training",
 ]

@@ -15,11 +15,7 @@ import numpy as np
 import ray
 import ray.data
 import torch
-
-from course_utils import checkpoints, config, inference, progress
-from course_utils.batch_format import to_model_input
-from course_utils.device import get_device
-from course_utils.inference import load_torchscript
+import torchvision
 
 
 # From 05_inference.ipynb, cell 9:
@@ -29,8 +25,19 @@ class ModelWorker:
 
     def __init__(self, checkpoint) -> None:
         start = time.perf_counter()
-        self.device = get_device()  # the GPU Ray gave this actor, or the CPU
-        self.model = checkpoints.load_model(checkpoint, map_location=self.device)
+        # the GPU Ray gave this actor, or the CPU
+        gpus = ray.get_gpu_ids() if ray.is_initialized() else []
+        accelerator = torch.accelerator.current_accelerator(check_available=True)
+        self.device = accelerator if gpus and accelerator else torch.device("cpu")
+        with checkpoint.as_directory() as directory:
+            path = os.path.join(directory, "state.pt")
+            state = torch.load(path, map_location=self.device, weights_only=True)
+        self.model = torchvision.models.resnet18(num_classes=10)
+        self.model.conv1 = torch.nn.Conv2d(
+            1, 64, kernel_size=7, stride=2, padding=3, bias=False
+        )
+        self.model.load_state_dict(state["model"])
+        self.model.to(self.device).eval()
         self.load_seconds = time.perf_counter() - start
         self.calls = 0
 
@@ -38,12 +45,14 @@ class ModelWorker:
     def predict(self, images) -> np.ndarray:
         """The predicted class of each digit (one [28, 28] digit: one class)."""
         self.calls += 1
-        logits = self.model(to_model_input(images).to(self.device))
+        # uint8 digits -> float [N, 1, 28, 28], normalised as the training digits were
+        pixels = torch.tensor(np.asarray(images), dtype=torch.float32)
+        pixels = (pixels.reshape(-1, 1, 28, 28) / 255.0 - 0.1307) / 0.3081
+        logits = self.model(pixels.to(self.device))
         return logits.argmax(dim=1).cpu().numpy()
 
     def info(self) -> dict:
-        """Where this actor runs and what it has done, for the notebook to print."""
-        # the GPUs Ray reserved for this actor (none when the class is used without Ray)
+        """Where this actor runs and what it has done."""
         gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
         return {
             "pid": os.getpid(),
@@ -54,18 +63,10 @@ class ModelWorker:
         }
 
 
-def start_model_worker(checkpoint, name: str | None = None):
-    """Start ``ModelWorker`` as a Ray actor: 1 CPU, a GPU where the cluster has one."""
-    num_gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    # On a busy cluster: wait in line, holding nothing, until those slots are free.
-    progress.wait_for_free({"CPU": 1, "GPU": num_gpus}, "this model actor")
+def start_model_worker(checkpoint, num_gpus: float = 0, name: str | None = None):
+    """Start ``ModelWorker`` as a Ray actor with 1 CPU and ``num_gpus`` GPUs."""
     actor_class = ray.remote(ModelWorker).options(
-        num_cpus=1,
-        num_gpus=num_gpus,
-        # a "course-" name in this learner's namespace: how lesson 06 finds it, and
-        # never another learner's actor
-        name=inference.actor_name("model-worker", name),
-        namespace=config.learner_namespace(),
+        num_cpus=1, num_gpus=num_gpus, name=name
     )
     return actor_class.remote(checkpoint)  # at once: the actor loads in its process
 
@@ -75,15 +76,27 @@ def start_model_worker(checkpoint, name: str | None = None):
 class BatchPredictor:
     """A ``map_batches`` class: each pool actor loads the model once, scores batches."""
 
-    def __init__(self, model: bytes) -> None:
-        self.device = get_device()  # this actor's GPU share, or the CPU
-        # the TorchScript bytes traced once on the driver
-        self.model = load_torchscript(model, self.device)
+    def __init__(self, checkpoint) -> None:
+        # this actor's GPU share, or the CPU (outside Ray: the CPU)
+        gpus = ray.get_gpu_ids() if ray.is_initialized() else []
+        accelerator = torch.accelerator.current_accelerator(check_available=True)
+        self.device = accelerator if gpus and accelerator else torch.device("cpu")
+        with checkpoint.as_directory() as directory:
+            path = os.path.join(directory, "state.pt")
+            state = torch.load(path, map_location=self.device, weights_only=True)
+        self.model = torchvision.models.resnet18(num_classes=10)
+        self.model.conv1 = torch.nn.Conv2d(
+            1, 64, kernel_size=7, stride=2, padding=3, bias=False
+        )
+        self.model.load_state_dict(state["model"])
+        self.model.to(self.device).eval()
 
     @torch.inference_mode()
     def __call__(self, batch: dict) -> dict:
         """``{"image": uint8 [B, 28, 28], "label": ...}`` in; predictions out."""
-        logits = self.model(to_model_input(batch["image"]).to(self.device))
+        pixels = torch.tensor(batch["image"], dtype=torch.float32)
+        pixels = (pixels.reshape(-1, 1, 28, 28) / 255.0 - 0.1307) / 0.3081
+        logits = self.model(pixels.to(self.device))
         out = {"prediction": logits.argmax(dim=1).cpu().numpy()}
         if "label" in batch:
             # passed through: the images are not sent back
@@ -91,14 +104,15 @@ class BatchPredictor:
         return out
 
 
-def batch_predict(ds, checkpoint, predictor, *, pool, batch_size: int = 256):
-    """Every row of ``ds`` scored by a pool of actors running ``predictor`` (lazy)."""
+def batch_predict(ds, checkpoint, predictor, *, pool_size: int, batch_size=256, **each):
+    """Every row of ``ds`` scored by ``pool_size`` actors running ``predictor`` (lazy);
+    ``each``: what each actor asks for (``num_cpus``, ``num_gpus``)."""
     return ds.map_batches(
         predictor,
-        # traced once, here; each actor builds predictor(model=...) from these bytes
-        fn_constructor_kwargs={"model": inference.torchscript_bytes(checkpoint)},
-        compute=ray.data.ActorPoolStrategy(size=pool.size),
+        # each actor builds predictor(checkpoint=...) once
+        fn_constructor_kwargs={"checkpoint": checkpoint},
+        compute=ray.data.ActorPoolStrategy(size=pool_size),
         batch_size=batch_size,
         batch_format="numpy",
-        **pool.actor_options(),  # num_cpus (and num_gpus) of each actor
+        **each,
     )

@@ -17,9 +17,9 @@ import ray
 from ray.train import CheckpointConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from course_utils import config, storage
+from course_utils.core import config, storage
 from course_utils.lesson_code import train_loop_per_worker  # lesson 02's loop, from its #@save cell
-from course_utils.training import loop_config
+from course_utils.core.training import loop_config
 
 RUN_NAME = "lesson02-job"
 

@@ -22,7 +22,7 @@ from ray.train.torch import TorchTrainer
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, random_split
 
-from course_utils import session, storage
+from course_utils.core import session, storage
 
 RUN_NAME = "own-model-and-data"
 

@@ -14,7 +14,7 @@ Run with the canary venv's Python (``build.sh canary`` makes ``.venv-canary``), 
 It ends with ONE Markdown table (also appended to ``$GITHUB_STEP_SUMMARY`` when set) and exits 1 when
 the install, a unit test, a lesson or a bench failed. Bench figures that moved are shown, never judged.
 
-This module imports only the standard library at the top, and ``course_utils.install``'s ``normalise``
+This module imports only the standard library at the top, and ``course_utils.core.install``'s ``normalise``
 (standard library only too): it runs before anything is installed.
 """
 
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_utils.install import normalise
+from course_utils.core.install import normalise
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PINNED = Path(__file__).resolve().parent / "bench" / "pinned.json"

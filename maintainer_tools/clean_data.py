@@ -1,13 +1,13 @@
 """Remove the course's offline MNIST copy once nobody needs it: what ``./build.sh clean --data`` runs.
 
 No lesson calls it: the copy under ``COURSE_DATA`` is shared by every learner who points there, so
-lesson 06 keeps it and says how to remove it (``course_utils.cleanup.data_copy_note``). Deleting goes
-through ``course_utils.cleanup.remove_path``, so only the course's own copy can go.
+lesson 06 keeps it and says how to remove it (``course_utils.lesson06.cleanup.data_copy_note``). Deleting goes
+through ``course_utils.lesson06.cleanup.remove_path``, so only the course's own copy can go.
 """
 
 from __future__ import annotations
 
-from course_utils.cleanup import CleanupReport, Removed, offline_data_copy, remove_path
+from course_utils.lesson06.cleanup import CleanupReport, Removed, offline_data_copy, remove_path
 
 
 def remove_data_copy(dry_run: bool = False) -> list[Removed]:

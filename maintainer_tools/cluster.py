@@ -9,7 +9,7 @@ every Ray on the machine.
 Connect a course process to it with ``cluster.driver_env()`` (``RAY_ADDRESS=<cluster.address>``
 and ``RAY_AUTH_MODE=token``): ``session.start_ray()`` then joins the cluster instead of starting
 Ray. Every node here sees the same disk, so a local ``COURSE_STORAGE`` folder counts as shared
-storage; on real machines it would not. (Lesson 04's one extra node is ``course_utils.elastic``.)
+storage; on real machines it would not. (Lesson 04's one extra node is ``course_utils.lesson04.elastic``.)
 
 Token authentication, as a workshop host sets it up: the token is where Ray looks for it
 (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``, made by ``ray get-auth-token
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from course_utils import session
-from course_utils.elastic import NODE_PORT_FLAGS, free_port
+from course_utils.core import session
+from course_utils.lesson04.elastic import NODE_PORT_FLAGS, free_port
 
 
 @dataclass
@@ -212,7 +212,7 @@ def ensure_auth_token() -> None:
     """Make sure Ray finds an auth token on this machine, as a host does before ``ray start --head``:
     ``ray get-auth-token --generate`` writes ``~/.ray/auth_token`` when no token is found
     (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` and the file are looked at first, as by Ray)."""
-    from course_utils.dashboard import auth_token
+    from course_utils.internals.dashboard import auth_token
 
     if auth_token()[0]:
         return

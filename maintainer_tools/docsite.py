@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.config import REPO_ROOT, build_root
+from course_utils.core.config import REPO_ROOT, build_root
 from maintainer_tools.answered import ANSWERED_HEADING
 from maintainer_tools.run_course import lessons
 

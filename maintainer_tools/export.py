@@ -39,55 +39,13 @@ characters, as in the lessons.
 from __future__ import annotations
 '''
 
-# Each generated module: the lessons whose #@save cells it holds, and what those cells use, imported once
-# at its top (a lesson imports the same names in its setup cell; ruff, tests/unit/test_lint.py, fails on a
-# name missing here). Two modules, so that a Ray Data inference actor that imports lesson 05's predictor
-# imports neither Ray Train nor torchvision (tests/unit/test_imports.py).
+# Each generated module: the lessons whose #@save cells it holds. A cell imports what it uses at its top, as
+# Ray's docs write a loop (a learner copies the cell alone); the module imports each once, at its top. Two
+# modules, so that a Ray Data inference actor that imports lesson 05's predictor imports neither Ray Train nor
+# any other course module (tests/unit/test_imports.py).
 MODULES: dict[str, tuple[tuple[str, ...], str]] = {
-    "lesson_code.py": (
-        ("02", "03", "04"),
-        _DOC.format(what="The Ray Train loops lessons 02-04 teach")
-        + """
-import time
-
-import ray.train
-import ray.train.torch
-import torch
-from ray.train import CheckpointUploadMode
-from torch.utils.data import DistributedSampler
-from torchdata.stateful_dataloader import StatefulDataLoader
-
-from course_utils import data, faults, resumable
-from course_utils.checkpoints import (
-    load_state,
-    rank0_checkpoint,
-    rank0_snapshot,
-    set_rng_state,
-    training_state,
-)
-from course_utils.model import build_resnet18, unwrap
-from course_utils.plan import per_worker_batch
-from course_utils.steps import epoch_metrics, train_one_epoch, train_step
-""",
-    ),
-    "lesson_inference.py": (
-        ("05",),
-        _DOC.format(what="Lesson 05's model actor and batch pipeline")
-        + """
-import os
-import time
-
-import numpy as np
-import ray
-import ray.data
-import torch
-
-from course_utils import checkpoints, config, inference, progress
-from course_utils.batch_format import to_model_input
-from course_utils.device import get_device
-from course_utils.inference import load_torchscript
-""",
-    ),
+    "lesson_code.py": (("01", "02", "03", "04"), _DOC.format(what="The training loops lessons 01-04 teach")),
+    "lesson_inference.py": (("05",), _DOC.format(what="Lesson 05's model actor and batch pipeline")),
 }
 
 
@@ -98,7 +56,8 @@ class SavedCell:
     lesson: str  # the notebook's file name
     index: int  # the cell's index in the notebook, 0-based
     title: str  # its first line, e.g. "# 02. The function every worker runs"
-    code: str
+    code: str  # what it defines, without its imports
+    imports: tuple[str, ...] = ()  # its import statements, one a line, as the cell writes them
 
     @property
     def names(self) -> list[str]:
@@ -123,9 +82,58 @@ def saved_cells(notebooks: Path = NOTEBOOKS) -> list[SavedCell]:
             if MARKER not in (line.strip() for line in lines):
                 continue
             title = lines[0] if lines and lines[0].startswith("#") else ""
-            code = [line for line in lines[1 if title else 0 :] if line.strip() != MARKER]
-            cells.append(SavedCell(path.name, index, title, "\n".join(code).strip() + "\n"))
+            code = "\n".join(line for line in lines[1 if title else 0 :] if line.strip() != MARKER)
+            imports, code = _split_imports(code)
+            cells.append(SavedCell(path.name, index, title, code.strip() + "\n", imports))
     return cells
+
+
+def _split_imports(code: str) -> tuple[tuple[str, ...], str]:
+    """(the import statements at the top of a cell, one each, the rest of its code)."""
+    body = ast.parse(code).body
+    head = []
+    for node in body:
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            break
+        head.append(node)
+    if not head:
+        return (), code
+    rest = code.splitlines()[head[-1].end_lineno :]
+    return tuple(ast.unparse(node) for node in head), "\n".join(rest)
+
+
+def _import_block(statements: list[str]) -> str:
+    """The cells' imports merged into one block, ordered as ruff's isort orders them (tests/unit/test_lint.py):
+    the standard library, then the rest; ``import x`` lines before ``from x import ...``; each module once."""
+    straight: set[str] = set()
+    froms: dict[str, set[str]] = {}
+    for statement in statements:
+        node = ast.parse(statement).body[0]
+        if isinstance(node, ast.Import):
+            straight.update(ast.unparse(ast.Import(names=[alias])) for alias in node.names)
+        else:
+            assert isinstance(node, ast.ImportFrom) and node.module
+            froms.setdefault(node.module, set()).update(
+                a.name + (f" as {a.asname}" if a.asname else "") for a in node.names
+            )
+
+    def stdlib(module: str) -> bool:
+        return module.split(".")[0] in sys.stdlib_module_names
+
+    def by_type(name: str) -> tuple[int, str]:  # constants, classes, then the rest, as isort orders names
+        return (0 if name.isupper() else 1 if name[0].isupper() else 2, name)
+
+    sections = []
+    for std in (True, False):
+        lines = sorted((s for s in straight if stdlib(s.split()[1]) == std), key=lambda s: s.split()[1])
+        lines += [
+            f"from {m} import {', '.join(sorted(froms[m], key=by_type))}"
+            for m in sorted(froms)
+            if stdlib(m) == std
+        ]
+        if lines:
+            sections.append("\n".join(lines))
+    return "\n\n".join(sections)
 
 
 def module_for(cell: SavedCell) -> str:
@@ -140,10 +148,13 @@ def module_for(cell: SavedCell) -> str:
 
 def render(cells: list[SavedCell], module: str = "lesson_code.py") -> str:
     """The text of generated ``module`` for the saved cells (those of its lessons)."""
-    parts = [MODULES[module][1]]
-    for cell in cells:
-        if module_for(cell) == module:
-            parts.append(f"\n\n# From {cell.lesson}, cell {cell.index}:\n# {cell.title!r}.\n{cell.code}")
+    mine = [cell for cell in cells if module_for(cell) == module]
+    parts = [
+        MODULES[module][1],
+        "\n" + _import_block([line for cell in mine for line in cell.imports]) + "\n",
+    ]
+    for cell in mine:
+        parts.append(f"\n\n# From {cell.lesson}, cell {cell.index}:\n# {cell.title!r}.\n{cell.code.lstrip()}")
     return "".join(parts)
 
 

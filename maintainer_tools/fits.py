@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from course_utils import checkpoints, data, steps
-from course_utils.batch_format import check_columns
-from course_utils.config import Profile, get_profile
-from course_utils.model import unwrap
-from course_utils.raydata import normalise_batch, per_row_pil, read_digits
-from course_utils.training import make_trainer
+from course_utils.core import checkpoints, data, steps
+from course_utils.core.batch_format import check_columns
+from course_utils.core.config import Profile, get_profile
+from course_utils.core.model import unwrap
+from course_utils.core.training import make_trainer
+from course_utils.lesson03.raydata import normalise_batch, per_row_pil, read_digits
 
 # ``map_batches(batch_size=None)``: one call per block (a Parquet row group), so Ray Data fuses
 # the transform into the read task (ReadParquet->MapBatches) and the raw bytes never take an extra
@@ -61,7 +61,7 @@ def training_dataset(path: str | Path):
 
 def evaluate_checkpoint(checkpoint: Any, profile: Profile | None = None) -> dict[str, float]:
     """Loss and accuracy of a checkpoint on the held-out test digits (driver side, lesson 02's way)."""
-    from course_utils.device import get_device
+    from course_utils.core.device import get_device
 
     profile = profile or get_profile()
     device = get_device()

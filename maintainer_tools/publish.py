@@ -5,7 +5,7 @@ from. From that one setting come the "Open in Colab" and "GitHub Codespace" link
 path, the top of every lesson, hence its site page) and the source every lesson's install cell
 installs ``course_utils`` from. ``./build.sh export`` writes the links and the install cell into the
 notebooks (``sync``); ``export --check`` and tests/unit/test_install.py fail when they drift. What the
-install cell calls when it runs (``installed_summary``) ships with the course: ``course_utils.install``.
+install cell calls when it runs (``installed_summary``) ships with the course: ``course_utils.core.install``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from course_utils.config import REPO_ROOT
+from course_utils.core.config import REPO_ROOT
 
 # The variable that points a lesson's install cell at another source (a fork, a wheel: file:///...).
 SOURCE_ENV = "COURSE_SOURCE"
@@ -71,8 +71,7 @@ def install_cell(pub: Publication) -> str:
     (on Colab, which runs as root: "Running pip as the 'root' user"), its errors still come, and
     ``installed_summary`` counts them into its one line."""
     return f'''\
-# Installs the course's package, course_utils, when missing (Colab, a notebook alone): a
-# few minutes with no output until its summary. In a clone of the course: nothing.
+# Colab, a notebook alone: installs course_utils (minutes, one line). A clone: nothing.
 import importlib.util, os, subprocess, sys
 
 if importlib.util.find_spec("course_utils") is None:
@@ -81,7 +80,7 @@ if importlib.util.find_spec("course_utils") is None:
     pip = [sys.executable, "-m", "pip", "install", "-qq", "--report=-"]
     ran = subprocess.run([*pip, f"course_utils @ {{source}}"], capture_output=True)
     assert not ran.returncode, f"pip could not install {{source}}:\\n{{ran.stderr.decode()}}"
-    print(importlib.import_module("course_utils.install").installed_summary(ran))'''
+    print(importlib.import_module("course_utils.core.install").installed_summary(ran))'''
 
 
 def _source_lines(text: str) -> list[str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from course_utils.config import REPO_ROOT, build_root, profile_name
+from course_utils.core.config import REPO_ROOT, build_root, profile_name
 
 KERNEL = "ray-train-course"
 

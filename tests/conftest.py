@@ -16,7 +16,7 @@ def _smoke_profile(monkeypatch):
 @pytest.fixture(scope="session")
 def mnist_root():
     """MNIST prepared once for the whole test run (offline copy here)."""
-    from course_utils import data
+    from course_utils.core import data
 
     return data.ensure_mnist(verbose=False).root
 
@@ -26,7 +26,7 @@ def ray_session(mnist_root):
     """A local Ray for one test module, shut down afterwards so notebooks get the machine."""
     import ray
 
-    from course_utils import session
+    from course_utils.core import session
 
     started_here = not ray.is_initialized()
     info = session.start_ray(verbose=False)
@@ -41,7 +41,7 @@ def storage(tmp_path, monkeypatch):
     (``<COURSE_STORAGE>/course-<learner>``), where the course's runs and outputs go."""
     from pathlib import Path
 
-    from course_utils import storage as course_storage
+    from course_utils.core import storage as course_storage
 
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "storage"))
     return Path(course_storage.prepare_learner_storage())

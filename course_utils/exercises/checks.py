@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from course_utils.config import REPO_ROOT
+from course_utils.core.config import REPO_ROOT
 
 
 def solutions_dir() -> Path:

@@ -15,6 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from course_utils.core import storage, training
+from course_utils.core.config import get_profile, temporary_env
+from course_utils.internals import logs
+from course_utils.lesson04.faults import InjectedFault
+
 # The rank a crash_step crashes, and how long it waits after each report before going on, so that
 # Ray Train has registered the checkpoint before the crash (its controller polls every 2 s).
 CRASH_RANK = 1
@@ -102,7 +107,7 @@ def _patched(target: Any, name: str, replacement: Any) -> Iterator[None]:
         setattr(target, name, original)
 
 
-def recorded_loop(config: dict[str, Any]) -> None:
+def _recorded_loop(config: dict[str, Any]) -> None:
     """The per-worker function the checked fit runs: the learner's function under the recorder.
 
     The learner's function travels pickled and is unpickled here, after ``ray.train.report`` is
@@ -165,8 +170,6 @@ def recorded_loop(config: dict[str, Any]) -> None:
         nonlocal steps
         steps += 1
         if crashes_here and steps == settings["crash_step"]:
-            from course_utils.faults import InjectedFault
-
             print(f"[check] crashing rank {rank} at its step {steps}, once", flush=True)
             flush()
             raise InjectedFault(f"the check crashed rank {rank} at step {steps} on purpose")
@@ -205,9 +208,6 @@ def fit_learner_function(
     from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from course_utils import logs, storage, training
-    from course_utils.config import get_profile, temporary_env
-
     if not ray.is_initialized():
         raise RuntimeError("Ray is not running: run the lesson's setup cell (session.start_ray()) first.")
     profile = get_profile().with_(
@@ -219,7 +219,7 @@ def fit_learner_function(
     storage.reset_run(name)
     storage_path, storage_filesystem = storage.ray_storage()
     trainer = TorchTrainer(
-        recorded_loop,
+        _recorded_loop,
         train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=False),
         run_config=RunConfig(

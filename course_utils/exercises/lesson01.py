@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from course_utils.config import temporary_env
+from course_utils.core.config import temporary_env
+from course_utils.core.model import build_resnet18
 from course_utils.exercises.checks import correct, not_attempted, wrong
 
 
@@ -49,8 +50,6 @@ def check_safe_loader(load: Any, exercise: str = "01.2") -> None:
     """``load(path)`` must return saved weights and refuse a file that would run code, on any
     PyTorch: the crafted file is also loaded the way PyTorch < 2.6 does by default."""
     import torch
-
-    from course_utils.model import build_resnet18
 
     if not_attempted(exercise, load):
         return None

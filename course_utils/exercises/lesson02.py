@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from course_utils.exercises import harness
 from course_utils.exercises.checks import correct, not_attempted, ran_but, wrong
+from course_utils.exercises.harness import failure_summary
 
 
 def check_per_worker_batch(split: Any, exercise: str = "02.1") -> None:
@@ -74,7 +76,6 @@ LOSS_DROP = 0.8
 
 def migration_problems(record: Any) -> list[str]:
     """What a checked fit of a lesson 02 per-worker function did wrong, in plain words (empty: right)."""
-    from course_utils.exercises.harness import failure_summary
 
     ranks = range(record.num_workers)
     counts = {rank: len(record.reports(rank)) for rank in ranks}
@@ -102,7 +103,8 @@ def migration_problems(record: Any) -> list[str]:
     elif not with_checkpoint and counts[0]:
         problems.append(
             "no report carried a checkpoint: rank 0 should pass checkpoint=ray.train.Checkpoint.from_directory(...) "
-            "(or use checkpoints.rank0_checkpoint), or the run cannot resume and has no model to load."
+            "(saved with torch.save into a temporary directory, as section 02's loop does), or the run cannot "
+            "resume and has no model to load."
         )
     if record.num_workers > 1:
         missing = [rank for rank in ranks if record.set_epochs(rank) != list(range(record.epochs))]
@@ -140,7 +142,6 @@ def check_migration(train_fn: Any, exercise: str = "02.3") -> None:
     """Run the learner's per-worker function for real (2 workers, 512 digits, 3 epochs) and say
     what is wrong: a rank skipping report, checkpoints from every rank, no set_epoch, the
     wrong per-worker batch, a loss that does not fall."""
-    from course_utils.exercises import harness
 
     if not_attempted(exercise, train_fn):
         return None

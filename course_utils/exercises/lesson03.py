@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from course_utils import batch_format
+from course_utils.core import batch_format
 from course_utils.exercises.checks import correct, not_attempted, one_line, ran_but, wrong
+from course_utils.lesson03 import raydata
 
 KEEP_DIGITS = (3, 8)  # exercise 03.1: the two-class subset, relabelled 0 (a 3) and 1 (an 8)
 EXERCISE_ROWS = 400  # rows of the small dataset the lesson 03 checks run in Ray Data
@@ -42,7 +43,6 @@ def _pixel_rows(column: Any) -> Any:
 
 def _transform_batches() -> list[tuple[str, dict[str, Any]]]:
     """Hand-made batches as ``map_batches(batch_format="numpy")`` passes them after ``read_parquet``."""
-    from course_utils import batch_format, raydata
 
     rng = np.random.default_rng(7)
     cases = []
@@ -125,7 +125,6 @@ def check_batch_transform(transform: Any, exercise: str = "03.1") -> None:
     """A ``map_batches`` transform that keeps the 3s and 8s and relabels them 0 and 1: first called on
     hand-made numpy batches, then run for real in Ray Data, batch by batch, with ``normalise_batch``
     after it."""
-    from course_utils import raydata
 
     if not_attempted(exercise, transform):
         return None
@@ -280,8 +279,6 @@ def check_shard_counts(count_digits: Any, exercise: str = "03.2") -> None:
     threads, and compares the counts with the labels counted without Ray."""
     import threading
     import time
-
-    from course_utils import raydata
 
     if not_attempted(exercise, count_digits):
         return None

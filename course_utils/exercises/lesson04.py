@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from course_utils.core import checkpoints
+from course_utils.exercises import harness
 from course_utils.exercises.checks import correct, not_attempted, ran_but, wrong
+from course_utils.exercises.harness import failure_summary
 
 
 def check_failure_config(config: Any, max_failures: int, exercise: str = "04.1") -> None:
@@ -99,7 +102,6 @@ def _first_epoch(record: Any, attempt: int) -> int | None:
 
 def _final_history(record: Any) -> list[int] | None:
     """The epochs in the history of the run's last checkpoint, when it is a course checkpoint."""
-    from course_utils import checkpoints
 
     checkpoint = getattr(record.result, "checkpoint", None)
     if checkpoint is None:
@@ -113,7 +115,6 @@ def _final_history(record: Any) -> list[int] | None:
 
 def resumable_problems(record: Any, crash_step: int) -> list[str]:
     """What a checked, crashed fit of a lesson 04 resumable function did wrong (empty: right)."""
-    from course_utils.exercises.harness import failure_summary
 
     crashed = any(e["steps"] >= crash_step for e in record.of("end", 1, 1))
     if not crashed:
@@ -130,16 +131,17 @@ def resumable_problems(record: Any, crash_step: int) -> list[str]:
     if not saved:
         return [
             "no checkpoint was ever reported before the crash, so there was nothing to resume from: attach one "
-            "at the end of every epoch (with checkpoints.rank0_checkpoint(...) as checkpoint: "
-            "ray.train.report(metrics, checkpoint=checkpoint))."
+            "at the end of every epoch, as section 03's loop does (rank 0 saves its state into a temporary "
+            "directory and reports ray.train.Checkpoint.from_directory(directory))."
         ]
     saved_epoch = int(saved[-1]["metrics"].get("epoch", len(record.reports(0, 1)) - 1))
     expected = saved_epoch + 1
     if record.error is not None:
         return [
             f"attempt 2 (after the check's crash) failed: {failure_summary(record.error)}. That is your "
-            "restore code's first run: the state holds 'model', 'optimizer', 'epoch' and 'history' "
-            "(checkpoints.load_state(checkpoint)); load the weights into unwrap(worker.model)."
+            "restore code's first run: the state.pt rank 0 saved holds 'model', 'optimizer', 'epoch' and "
+            "'history' (torch.load it inside checkpoint.as_directory()); load the weights into the model "
+            "inside DDP's wrapper (model.module with 2 workers)."
         ]
     started = _first_epoch(record, 2)
     first = record.reports(0, 1)[0]["metrics"].get("train_loss") if record.reports(0, 1) else None
@@ -166,8 +168,8 @@ def resumable_problems(record: Any, crash_step: int) -> list[str]:
     if trained_weights is False:
         problems.append(
             f"attempt 2 continued at epoch {expected} but with fresh weights (its loss {resumed:.3f} is no lower "
-            f"than the fresh start's {first:.3f}): load the checkpoint's 'model' into unwrap(worker.model), "
-            "and its 'optimizer' into worker.optimizer."
+            f"than the fresh start's {first:.3f}): load the checkpoint's 'model' into the model inside DDP's "
+            "wrapper (model.module with 2 workers), and its 'optimizer' into the optimizer."
         )
     history = _final_history(record)
     if history is not None and history != list(range(record.epochs)):
@@ -206,7 +208,7 @@ def global_step_problems(record: Any, steps_per_epoch: int) -> list[str]:
             if attempt == 2 and got == steps_per_epoch * (epoch + 1 - started):
                 return [
                     f"attempt 2 counted global_step from 0 again (epoch {epoch}: {got}, expected "
-                    f"{expected}): keep it in the checkpoint (training_state(..., global_step=global_step)) "
+                    f'{expected}): keep it in the checkpoint ("global_step": global_step in rank 0\'s state) '
                     "and start from state['global_step'] on restore."
                 ]
             return [
@@ -221,7 +223,6 @@ def check_resumable(train_fn: Any, exercise: str = "04.4") -> None:
     once early in epoch 1 (after epoch 0's checkpoint), and say whether attempt 2 resumed: at epoch 1,
     with the trained weights, ending with a history of every epoch once, and reporting a
     ``global_step`` that counts the whole run's optimizer steps across the restart."""
-    from course_utils.exercises import harness
 
     if not_attempted(exercise, train_fn):
         return None

@@ -7,7 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from course_utils.core import batch_format, checkpoints
 from course_utils.exercises.checks import correct, not_attempted, ran_but, wrong
+from course_utils.lesson05 import inference
 
 
 def check_accuracy_fn(accuracy: Any, exercise: str = "05.1") -> None:
@@ -89,17 +91,14 @@ def check_batch_predictor(
     import ray.data
     import torch
 
-    from course_utils import batch_format, inference
-
     if not_attempted(exercise, predictor):
         return None
     if not isinstance(predictor, type) or not any("__call__" in vars(k) for k in predictor.__mro__[:-1]):
         raise wrong(
             exercise,
             "map_batches with an actor pool needs a class (it builds one instance per actor and calls it "
-            "per batch): class MyPredictor: def __init__(self, model): ...; def __call__(self, batch): ...",
+            "per batch): class MyPredictor: def __init__(self, checkpoint): ...; def __call__(self, batch): ...",
         )
-    model_bytes = inference.torchscript_bytes(checkpoint)
     # Rows come back in the order they went in: the comparison pairs each prediction with its own digit
     # (two blocks may otherwise finish in either order, and two digits of one label swap places).
     context = ray.data.DataContext.get_current()
@@ -109,7 +108,7 @@ def check_batch_predictor(
     pool = inference.pool_for(1)  # one actor, with a GPU share where the cluster has GPUs
     scored = ds.map_batches(
         predictor,
-        fn_constructor_kwargs={"model": model_bytes},
+        fn_constructor_kwargs={"checkpoint": checkpoint},
         compute=ray.data.ActorPoolStrategy(size=pool.size),
         batch_size=32,
         batch_format="numpy",
@@ -126,7 +125,7 @@ def check_batch_predictor(
     finally:
         context.execution_options.preserve_order = kept_order
     out = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]} if batches and batches[0] else None
-    model = inference.load_torchscript(model_bytes, torch.device("cpu"))
+    model = checkpoints.load_model(checkpoint)
     with torch.inference_mode():
         probabilities = torch.softmax(model(batch_format.to_model_input(np.asarray(images))), dim=1)
     confidence, expected = probabilities.max(dim=1)

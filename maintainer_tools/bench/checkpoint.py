@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from course_utils import checkpoints, data, session, storage
-from course_utils.config import get_profile
+from course_utils.core import checkpoints, data, session, storage
+from course_utils.core.config import get_profile
 from maintainer_tools.bench.common import print_lines
 from maintainer_tools.fits import make_trainer_mid_epoch
 

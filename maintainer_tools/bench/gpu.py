@@ -34,11 +34,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from course_utils import data, device, raydata, steps, training
-from course_utils.compare import steady
-from course_utils.config import SMOKE, Profile
-from course_utils.model import build_resnet18
-from course_utils.periodic import every
+from course_utils.core import data, device, steps, training
+from course_utils.core.compare import steady
+from course_utils.core.config import SMOKE, Profile
+from course_utils.core.model import build_resnet18
+from course_utils.internals.periodic import every
+from course_utils.lesson03 import raydata
 from maintainer_tools import fits
 from maintainer_tools.bench.common import print_lines
 
@@ -119,7 +120,7 @@ def ceiling(profile: Profile, root: Path, sampler: BusySampler) -> dict[str, flo
     dev = device.get_device()
     torch.manual_seed(profile.seed)
     train_x, train_y = data.raw_arrays(True, root=root)
-    from course_utils.batch_format import to_model_input
+    from course_utils.core.batch_format import to_model_input
 
     images, labels = to_model_input(train_x).to(dev), torch.as_tensor(train_y).to(dev)
     model = build_resnet18().to(dev)
@@ -159,7 +160,7 @@ def ray_fit(
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from course_utils.history import ReportLog, read_reports, run_folder
+    from course_utils.core.history import ReportLog, read_reports, run_folder
 
     config = training.loop_config(profile, data_root=str(root), shuffle_buffer=raydata.SHUFFLE_BUFFER)
     datasets = None
@@ -196,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not on_gpu and not args.cpu_rehearsal:
         print(NO_GPU)
         return 0
-    from course_utils.session import start_ray
+    from course_utils.core.session import start_ray
 
     data.ensure_mnist(verbose=False)
     read = gpu_busy_reader() if on_gpu else (lambda: None)

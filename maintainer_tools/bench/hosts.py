@@ -1,5 +1,5 @@
 """``python -m maintainer_tools.bench hosts``: the course on three machines that share only the network (the
-hosts tier's, ``tests/hosts.py``: network namespaces, so it needs root and ``ip``, as the tier does). How
+hosts tier's, ``maintainer_tools/harness/hosts.py``: network namespaces, so it needs root and ``ip``, as the tier does). How
 long a local ``COURSE_STORAGE`` takes to be refused, lesson 02's loop as a Ray job, and a worker machine
 lost in the middle of a fit like lesson 04's, once with every process of it killed and once with its
 network link cut."""
@@ -7,14 +7,12 @@ network link cut."""
 from __future__ import annotations
 
 import argparse
-import importlib
-import sys
 from collections.abc import Sequence
 
-from course_utils.config import REPO_ROOT
 from maintainer_tools.bench.common import print_lines
+from maintainer_tools.harness import hosts as harness_hosts
 
-# each way of losing a host (tests.hosts.LOSSES) -> its two figures
+# each way of losing a host (maintainer_tools.harness.hosts.LOSSES) -> its two figures
 FIGURES = {
     "every process killed": ("kill_noticed_s", "kill_to_first_step_s"),
     "link cut": ("link_cut_noticed_s", "link_cut_to_first_step_s"),
@@ -34,8 +32,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         prog="python -m maintainer_tools.bench hosts", description=(main.__doc__ or "").split("\n")[0]
     )
     parser.parse_args(argv)
-    sys.path.insert(0, str(REPO_ROOT))  # the checkout's tests/, not part of the installed package
-    tier = importlib.import_module("tests.hosts")  # the hosts tier's own hosts, by name: no course import
+    tier = harness_hosts  # the hosts tier's own three hosts
 
     why = tier.unavailable()
     if why:

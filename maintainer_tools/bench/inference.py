@@ -11,16 +11,15 @@ on the same digits: ``first_pipeline_*`` lines, and its ratio to plain PyTorch."
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import ray
 
-from course_utils import data, session
-from course_utils.inference import available_checkpoint, torchscript_bytes
-from course_utils.inference_timing import (
+from course_utils.core import data, session
+from course_utils.lesson05.inference import available_checkpoint
+from course_utils.lesson05.inference_timing import (
     BatchTiming,
     Throughput,
     measure_throughput,
@@ -101,14 +100,10 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
 
 def startup_parts(checkpoint: Any, batch: BatchTiming, pool_size: int) -> list[str]:
     """What the batch run's start-up (until its first predictions) was made of, from Ray's task
-    events (``bench.startup``): tracing the model on the driver (timed again here, alone), the
-    pool's actors asked for, their processes up, their ``__init__`` (model loaded), then the first
+    events (``bench.startup``): the pool's actors asked for, their processes up, their ``__init__`` (model loaded), then the first
     blocks through them and back."""
     from maintainer_tools.bench.startup import created, creation_spans, tasks_since
 
-    started = time.perf_counter()
-    torchscript_bytes(checkpoint)
-    trace_s = time.perf_counter() - started
     job_id = ray.get_runtime_context().get_job_id()
     tasks = tasks_since(job_id, batch.started_at, lambda ts: len(created(ts, "MapWorker")) >= pool_size)
     try:
@@ -117,7 +112,6 @@ def startup_parts(checkpoint: Any, batch: BatchTiming, pool_size: int) -> list[s
         return [f"batch_startup_parts: not available ({error})"]
     first = batch.started_at + batch.startup_seconds
     return [
-        f"batch_startup_trace_model_s: {trace_s:.2f}",
         f"batch_startup_pool_asked_s: {asked - batch.started_at:.2f}",
         f"batch_startup_pool_processes_up_s: {running - asked:.2f}",
         f"batch_startup_pool_init_s: {ready - running:.2f}",

@@ -18,7 +18,8 @@ import pyarrow.fs as pafs
 import ray.data
 import torch
 
-from course_utils import data, raydata, session
+from course_utils.core import data, session
+from course_utils.lesson03 import raydata
 from maintainer_tools import fits
 
 

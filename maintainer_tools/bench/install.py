@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from course_utils.config import REPO_ROOT
+from course_utils.core.config import REPO_ROOT
 from maintainer_tools.bench.common import print_lines
 
 MB = 1_000_000

@@ -9,9 +9,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from course_utils import checkpoints, data, faults, session, storage
-from course_utils.config import get_profile
-from course_utils.storage import local_output_dir
+from course_utils.core import checkpoints, data, session, storage
+from course_utils.core.config import get_profile
+from course_utils.core.storage import local_output_dir
+from course_utils.lesson04 import faults, resumable
 from maintainer_tools import fits
 from maintainer_tools.bench.common import print_lines
 
@@ -49,15 +50,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     result = trainer.fit()
     wall = time.perf_counter() - started
     killer.join()
-    state = checkpoints.load_state(result.checkpoint)
-    attempts, history = state["attempts"], state["history"]
+    history = resumable.with_attempts(checkpoints.load_state(result.checkpoint)["history"])
+    attempts = resumable.attempts(history).to_dict("records")
     if len(attempts) != 2:
         raise RuntimeError(f"Expected 2 attempts (one restart), found {len(attempts)}: {attempts}")
     recovery = attempts[1]["first_step_at"] - killer.killed_at
-    first_epoch = [r for r in history if r["epoch"] == 0 and r["attempt"] == 1]
-    saves = [r["checkpoint_s"] for r in first_epoch if "checkpoint_s" in r]
-    epoch_time = next(r["epoch_time_s"] for r in first_epoch if "epoch_time_s" in r)
-    per_save = sum(saves) / len(saves)
+    first_epoch = history[(history["epoch"] == 0) & (history["attempt"] == 1)]
+    per_save = float(first_epoch["checkpoint_s"].dropna().mean())  # a row's wait: where it was recorded
+    epoch_time = float(first_epoch["epoch_time_s"].dropna().iloc[0])
     share = per_save * len(first_epoch) / (epoch_time + per_save)  # the end-of-epoch save is outside
     lines = {
         "fit_wall_s": wall,

@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from course_utils.config import REPO_ROOT
+from course_utils.core.config import REPO_ROOT
 from maintainer_tools.bench.common import COMMANDS
 from maintainer_tools.canary import parse_bench
 

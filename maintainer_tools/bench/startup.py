@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from course_utils.config import temporary_env
+from course_utils.core.config import temporary_env
 from maintainer_tools.bench.common import print_lines
 
 WORKERS = 2
@@ -52,7 +52,7 @@ def train_steps(steps: int, batch_size: int = 64) -> dict[str, float]:
     import ray.train.torch
     import torch
 
-    from course_utils.model import build_resnet18
+    from course_utils.core.model import build_resnet18
 
     torch.manual_seed(0)
     model = ray.train.torch.prepare_model(build_resnet18())
@@ -260,8 +260,8 @@ def bare_fit_once(storage_dir: str, name: str, train_steps: int = 0) -> dict[str
 
 def course_fit_once(name: str) -> dict[str, float]:
     """The bare loop through the course's own per-fit work, as lesson 02 runs a fit."""
-    from course_utils import storage, training
-    from course_utils.progress import fit_progress
+    from course_utils.core import storage, training
+    from course_utils.core.progress import fit_progress
 
     storage.reset_run(name)
     with tempfile.TemporaryDirectory() as marks_dir:
@@ -348,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> float:
 
     import ray
 
-    from course_utils import session
+    from course_utils.core import session
 
     session.start_ray(verbose=False, log_to_driver=False)
     print(f"ray: {ray.__version__}\nworkers: {WORKERS}\nrounds: {args.rounds}", flush=True)

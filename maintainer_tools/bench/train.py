@@ -1,5 +1,5 @@
 """``python -m maintainer_tools.bench train``: plain PyTorch vs Ray Train images/s on the same cores
-(lesson 02). Measures ``training.train_baseline`` against ``lesson_code.train_loop_per_worker``."""
+(lesson 02). Measures lesson 01's ``train_baseline`` against lesson 02's ``train_loop_per_worker`` (``lesson_code``)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ import torch
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from course_utils import data
-from course_utils.compare import steady
-from course_utils.config import SMOKE
-from course_utils.history import metric_history
-from course_utils.lesson_code import train_loop_per_worker
-from course_utils.session import start_ray
-from course_utils.training import loop_config, train_baseline
+from course_utils.core import data
+from course_utils.core.compare import steady
+from course_utils.core.config import SMOKE
+from course_utils.core.history import metric_history
+from course_utils.core.session import start_ray
+from course_utils.core.training import loop_config
+from course_utils.lesson_code import train_baseline, train_loop_per_worker
 
 
 def main(argv: Sequence[str] | None = None) -> float:
@@ -50,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> float:
 
     print(f"cores: {cores}\nimages_per_epoch: {args.train_size}\nglobal_batch: {args.batch_size}")
     torch.set_num_threads(cores)
-    plain = steady(train_baseline(profile, progress=False)["images_per_s"].tolist())
+    with tempfile.TemporaryDirectory() as out_dir:
+        plain = steady([row["images_per_s"] for row in train_baseline(loop_config(profile), out_dir)])
     print(f"plain_pytorch_{cores}_threads_images_per_s: {plain:.0f}")
     start_ray(verbose=False, log_to_driver=False)  # workers' per-epoch logs would bury the figures
     results = {}

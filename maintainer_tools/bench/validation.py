@@ -1,9 +1,9 @@
 """``python -m maintainer_tools.bench validation``: epoch time when every rank scores the whole test
-set vs the course's choice, each rank scoring its share (lesson 02's ``steps.epoch_metrics``).
+set vs the course's choice, each rank scoring its share (lesson 02's loop: ``RANK_SHARE``).
 
 Two runs of lesson 02's loop (``lesson_code.train_loop_per_worker``), one after the other in this
 process: as the lesson runs it, and with every rank given the whole test set
-(``train_loop_every_rank_scores_all``, defined here so that the loop the lesson shows carries no
+(``train_loop_every_rank_scores_all``, made here so that the loop the lesson shows carries no
 benchmark switch). An epoch is its training plus its evaluation: the training seconds are the
 median ``epoch_time_s`` over both runs (the same loop: one figure keeps run-to-run noise out),
 plus each run's median ``eval_s`` (epochs after the first); the ratios are every-rank / sharded.
@@ -14,29 +14,33 @@ slightly different BatchNorm statistics.
 from __future__ import annotations
 
 import argparse
+import inspect
 import statistics
-from collections.abc import Sequence
-from typing import Any
-from unittest import mock
+from collections.abc import Callable, Sequence
 
-from course_utils import data, session, steps, storage, training
-from course_utils.config import get_profile
-from course_utils.history import metric_history
+from course_utils import lesson_code
+from course_utils.core import data, session, steps, storage, training
+from course_utils.core.config import get_profile
+from course_utils.core.history import metric_history
 from maintainer_tools.bench.common import print_lines
 
-
-def _whole_set(dataset, rank: int, world: int):
-    """In place of ``data.rank_share``: every rank gets the whole dataset."""
-    return dataset
+# How lesson 02's loop gives each rank its share of the test digits; the every-rank variant scores them all.
+RANK_SHARE = "Subset(test_ds, range(rank, len(test_ds), world))"
 
 
-def train_loop_every_rank_scores_all(config: dict[str, Any]) -> None:
-    """Lesson 02's ``train_loop_per_worker`` unchanged, but every rank scores the whole test set:
-    the cost that the loop's ``data.rank_share`` avoids. Patched on the worker, for this run only."""
-    from course_utils.lesson_code import train_loop_per_worker
-
-    with mock.patch.object(data, "rank_share", _whole_set):
-        train_loop_per_worker(config)
+def train_loop_every_rank_scores_all() -> Callable[[dict], None]:
+    """Lesson 02's ``train_loop_per_worker`` with one edit, as a learner would make it in the cell: every rank
+    scores the whole test set (the cost the loop's ``RANK_SHARE`` avoids). Made from the loop's own source,
+    so that the loop the lesson shows carries no benchmark switch; fails when the loop no longer has that line."""
+    source = inspect.getsource(lesson_code.train_loop_per_worker)
+    if RANK_SHARE not in source:
+        raise SystemExit(
+            f"lesson 02's loop no longer shards the test digits with {RANK_SHARE}: update this bench"
+        )
+    # a module name of its own, so that Ray pickles the variant by value, not by reference to lesson_code
+    namespace = {**vars(lesson_code), "__name__": "bench_validation_every_rank"}
+    exec(source.replace(RANK_SHARE, "test_ds"), namespace)
+    return namespace["train_loop_per_worker"]
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
@@ -58,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         name = f"bench-validation-{label}"
         storage.reset_run(name)
         try:
-            loop = None if shard else train_loop_every_rank_scores_all  # None: lesson 02's loop
+            loop = lesson_code.train_loop_per_worker if shard else train_loop_every_rank_scores_all()
             trainer = training.make_trainer(
                 name, profile, train_loop=loop, reported_metrics=steps.REPORTED_METRICS
             )

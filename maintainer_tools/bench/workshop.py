@@ -31,12 +31,14 @@ LEARNER = textwrap.dedent(
     """
     import json, sys, time
     started = time.time()
-    from course_utils import config, session, training
-    from course_utils.progress import fit_progress
+    from course_utils.core import config, session, training
+    from course_utils.core.progress import fit_progress
 
     session.start_ray(verbose=False, log_to_driver=False)
     profile = config.SMOKE.with_(epochs=int(sys.argv[1]))
-    trainer = training.make_trainer("bench-workshop", profile, num_workers=profile.num_workers)
+    trainer = training.make_trainer(
+        "bench-workshop", profile, num_workers=profile.num_workers, train_loop=train_loop_per_worker
+    )
     with fit_progress(trainer, total=profile.epochs) as bar:
         trainer.fit()
     print("RESULT " + json.dumps({"wall_s": time.time() - started, "waited_s": bar.slots_waited_s}), flush=True)
@@ -111,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> dict[int, float]:
 
     import ray
 
-    from course_utils import data
+    from course_utils.core import data
     from maintainer_tools.cluster import LocalCluster, NodeSpec
 
     data.ensure_mnist(verbose=False)  # prepared once, before the learners share it

@@ -2,7 +2,7 @@
 with ``COURSE_BROWSER_LESSONS=all``), against a Ray cluster someone else started, with shared S3
 storage and a teammate on the same cluster.
 
-This is the setting a workshop learner has (``tests/workshop.py``: a real ``ray start --head``,
+This is the setting a workshop learner has (``maintainer_tools/harness/workshop.py``: a real ``ray start --head``,
 ``RAY_ADDRESS`` and the token, ``COURSE_STORAGE=s3://...`` on moto's server, an organiser's file and
 a teammate's run and actor that lesson 06 must leave alone). The laptop's setting (local Ray, local
 storage) is what ``pytest notebooks`` runs; one browser run covers the browser, the cluster and the
@@ -47,13 +47,11 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.config import REPO_ROOT
-from course_utils.elastic import free_port
+from course_utils.lesson04.elastic import free_port
 from maintainer_tools.cluster import _end_group
-from maintainer_tools.run_course import KERNEL
-from tests.chromium import browser, chromium, nonlocal_requests  # noqa: F401 (browser, chromium: fixtures)
-from tests.notebook_runs import BROWSER as BROWSER_PATH
-from tests.notebook_runs import (
+from maintainer_tools.harness.chromium import browser, chromium, nonlocal_requests  # noqa: F401 (browser, chromium: fixtures)
+from maintainer_tools.harness.notebook_runs import BROWSER as BROWSER_PATH
+from maintainer_tools.harness.notebook_runs import (
     CLUSTER,
     LESSONS,
     RAY_ON_STOP,
@@ -63,7 +61,9 @@ from tests.notebook_runs import (
     every_lesson,
     tier_lessons,
 )
-from tests.workshop import check_others_left_alone, workshop  # noqa: F401 (workshop: a fixture)
+from maintainer_tools.harness.workshop import check_others_left_alone, workshop  # noqa: F401 (workshop: a fixture)
+from maintainer_tools.run_course import KERNEL
+from tests.checkout import REPO_ROOT
 
 pytestmark = [
     pytest.mark.browser,
@@ -117,9 +117,11 @@ class Lab:
 
         The server answers before the new kernel is up, with the old one's "idle" still in its model: the
         new kernel is up once its own messages moved ``last_activity`` and it stayed idle for a second
-        (closed while it starts, it prints Python's start-up traceback into the terminal)."""
-        self.api(f"/api/kernels/{kernel_id}/restart", method="POST")
+        (closed while it starts, it prints Python's start-up traceback into the terminal). The old kernel's
+        ``last_activity`` is read before the restart: the server may answer only once the new kernel has
+        already spoken, and read after, the new kernel's own time would be taken for the old one's."""
         old = self.api(f"/api/kernels/{kernel_id}")["last_activity"]
+        self.api(f"/api/kernels/{kernel_id}/restart", method="POST")
         deadline = time.monotonic() + timeout_s
         seen: list[tuple[str, str]] = []
         while len(seen) < 3 or len(set(seen[-3:])) > 1 or seen[-1][1] == old or seen[-1][0] != "idle":
@@ -345,7 +347,7 @@ AT_ONCE = {"02_ray_train_migration", "06_cleanup"} | ({"05_inference"} if EVERY_
 LEARNER_SESSION = """
 import json, sys, time
 from pathlib import Path
-from tests.notebook_runs import alarming_output, error_text, run_lesson
+from maintainer_tools.harness.notebook_runs import alarming_output, error_text, run_lesson
 
 name = sys.argv[2]
 started = time.monotonic()

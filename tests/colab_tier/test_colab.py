@@ -1,6 +1,6 @@
 """Each lesson as a learner opens it in Colab: alone, in a Python that has never seen the course.
 
-``tests/colab.py`` copies the lesson into an empty folder outside any checkout and runs it in a fresh
+``maintainer_tools/harness/colab.py`` copies the lesson into an empty folder outside any checkout and runs it in a fresh
 virtualenv holding only a Colab-like preinstalled stack; the lesson's first code cell installs the
 course from a wheel of this checkout (``COURSE_SOURCE``, standing for GitHub). The test asserts that
 the install cell said what it installed and kept the runtime's PyTorch, that every cell ran with
@@ -17,9 +17,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.config import REPO_ROOT
-from tests import colab
-from tests.notebook_runs import COLAB, RAY_ON_STOP, alarming_output, tier_lessons
+from maintainer_tools.harness import colab
+from maintainer_tools.harness.notebook_runs import COLAB, RAY_ON_STOP, alarming_output, tier_lessons
+from tests.checkout import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.colab, pytest.mark.path(COLAB)]
 

@@ -27,8 +27,8 @@ from urllib.parse import urldefrag
 import pytest
 
 from maintainer_tools import docsite
-from tests.chromium import browser, chromium, nonlocal_requests  # noqa: F401 (browser, chromium: fixtures)
-from tests.notebook_runs import DOCS_SITE
+from maintainer_tools.harness.chromium import browser, chromium, nonlocal_requests  # noqa: F401 (browser, chromium: fixtures)
+from maintainer_tools.harness.notebook_runs import DOCS_SITE
 
 pytestmark = [pytest.mark.site, pytest.mark.path(DOCS_SITE)]
 

@@ -13,7 +13,6 @@ import re
 
 import pytest
 
-from course_utils.config import REPO_ROOT
 from maintainer_tools import docsite
 from maintainer_tools.run_course import (
     MAIN_PATH_LIMIT_MIN,
@@ -21,6 +20,7 @@ from maintainer_tools.run_course import (
     WHOLE_COURSE_LIMIT_MIN,
     reading_parts,
 )
+from tests.checkout import REPO_ROOT
 
 pytestmark = pytest.mark.executed
 

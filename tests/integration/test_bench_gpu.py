@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from course_utils.config import REPO_ROOT
-from tests.notebook_runs import GPU_SHAPED, every_lesson
+from maintainer_tools.harness.notebook_runs import GPU_SHAPED, every_lesson
+from tests.checkout import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(GPU_SHAPED)]
 

@@ -16,9 +16,9 @@ import textwrap
 
 import pytest
 
-from course_utils.config import REPO_ROOT
 from maintainer_tools.cluster import LocalCluster, NodeSpec
-from tests.notebook_runs import CLUSTER, SHARED
+from maintainer_tools.harness.notebook_runs import CLUSTER, SHARED
+from tests.checkout import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(CLUSTER), pytest.mark.path(SHARED)]
 
@@ -29,7 +29,7 @@ HOLDER = textwrap.dedent(
     f"""
     import time
     import ray
-    from course_utils import session
+    from course_utils.core import session
 
     session.start_ray(verbose=False, log_to_driver=False)
 
@@ -48,13 +48,16 @@ HOLDER = textwrap.dedent(
 FIT = textwrap.dedent(
     """
     import json, time
-    from course_utils import config, session, training
-    from course_utils.history import metric_history
-    from course_utils.progress import fit_progress
+    from course_utils.core import config, session, training
+    from course_utils.core.history import metric_history
+    from course_utils.core.progress import fit_progress
+    from course_utils.lesson_code import train_loop_per_worker
 
     session.start_ray(verbose=False)
     tiny = config.SMOKE.with_(epochs=1, train_size=256, test_size=64, batch_size=64)
-    trainer = training.make_trainer("busy-cluster", tiny, num_workers=2)
+    trainer = training.make_trainer(
+        "busy-cluster", tiny, num_workers=2, train_loop=train_loop_per_worker
+    )
     with fit_progress(trainer, total=tiny.epochs):
         started = time.time()
         result = trainer.fit()

@@ -8,7 +8,7 @@ import pytest
 
 from course_utils.exercises import checks, lesson03
 from maintainer_tools import fits
-from tests.notebook_runs import at_each_push
+from maintainer_tools.harness.notebook_runs import at_each_push
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +17,7 @@ COUNTER = checks.solutions("03")["03.2"]
 
 # What a notebook could hold besides the shard: a dataset of the same rows (lesson 03 has `fast`, `train_ds`).
 PRELUDE = """
-from course_utils import raydata
+from course_utils.lesson03 import raydata
 from course_utils.exercises import checks, lesson03
 notebook_ds = raydata.digits_dataset(*lesson03.exercise_digits()).map_batches(
     raydata.normalise_batch, batch_format="numpy", batch_size=None

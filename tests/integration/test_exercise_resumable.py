@@ -8,7 +8,7 @@ import re
 import pytest
 
 from course_utils.exercises import checks, lesson04
-from tests.notebook_runs import every_lesson
+from maintainer_tools.harness.notebook_runs import every_lesson
 
 pytestmark = pytest.mark.integration
 
@@ -18,11 +18,11 @@ import time
 import ray.train
 import ray.train.torch
 import torch
-from course_utils import checkpoints, data
-from course_utils.checkpoints import load_state, rank0_checkpoint, set_rng_state, training_state
-from course_utils.model import build_resnet18, unwrap
-from course_utils.steps import epoch_metrics, train_one_epoch
-from course_utils.plan import per_worker_batch
+from course_utils.core import checkpoints, data
+from course_utils.core.checkpoints import load_state, rank0_checkpoint, set_rng_state, training_state
+from course_utils.core.model import build_resnet18, unwrap
+from course_utils.core.steps import epoch_metrics, train_one_epoch
+from course_utils.core.plan import per_worker_batch
 """
 
 SOLUTION = re.search(r"```python\n(.*?)```", checks.solution_text("04.4"), re.S).group(1)

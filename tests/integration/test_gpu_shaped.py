@@ -5,7 +5,7 @@ actor, the batch-inference pool and the resource preflights then decide exactly 
 torch, seeing no CUDA, computes on the CPU. A pool that can never start hangs here as it would on a
 GPU runner, so each cell has a time limit, and a failure names the actors still waiting for resources
 (Ray's state API), which is where a hang shows. Fits cannot be faked (``use_gpu=True`` needs a driver):
-they stay on CPU workers, as ``course_utils.plan`` decides with no GPU visible to torch.
+they stay on CPU workers, as ``course_utils.core.plan`` decides with no GPU visible to torch.
 """
 
 from __future__ import annotations
@@ -18,10 +18,16 @@ import time
 
 import pytest
 
-from course_utils.config import REPO_ROOT
-from course_utils.periodic import every
+from course_utils.internals.periodic import every
 from maintainer_tools.cluster import LocalCluster, NodeSpec
-from tests.notebook_runs import GPU_SHAPED, LESSONS, alarming_output, error_text, run_lesson
+from maintainer_tools.harness.notebook_runs import (
+    GPU_SHAPED,
+    LESSONS,
+    alarming_output,
+    error_text,
+    run_lesson,
+)
+from tests.checkout import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(GPU_SHAPED)]
 
@@ -120,7 +126,8 @@ def test_preflights_and_pools_decide_by_the_declared_gpus(gpus, mnist_root, monk
     import ray
     from ray.train import ScalingConfig
 
-    from course_utils import inference, session
+    from course_utils.core import session
+    from course_utils.lesson05 import inference
 
     monkeypatch.setenv("COURSE_PROFILE", "smoke")
     if ray.is_initialized():

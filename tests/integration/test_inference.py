@@ -5,17 +5,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from course_utils import batch_format, cleanup, data, inference, inference_timing
-from course_utils.checkpoints import load_model
+from course_utils.core import batch_format, data
+from course_utils.core.checkpoints import load_model
+from course_utils.core.model import predict
+from course_utils.lesson05 import inference, inference_timing
+from course_utils.lesson06 import cleanup
 from course_utils.lesson_inference import BatchPredictor, batch_predict, start_model_worker
-from course_utils.model import predict
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def checkpoint_dir(tmp_path_factory):
-    return str(inference.placeholder_checkpoint(tmp_path_factory.mktemp("ckpt")))
+    import ray.train
+
+    # as lesson 05 hands it over: a ray.train.Checkpoint
+    return ray.train.Checkpoint.from_directory(
+        str(inference.placeholder_checkpoint(tmp_path_factory.mktemp("ckpt")))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +57,11 @@ def test_model_worker_actor_serves_the_checkpoint(ray_session, checkpoint_dir, d
 def test_batch_inference_with_an_actor_pool_scores_every_digit(ray_session, checkpoint_dir, digits):
     images, labels = digits
     ds = inference.images_dataset(images, labels, blocks=4)
+    pool = inference.pool_for(2)
     got_labels, got_predictions = inference.collect_predictions(
-        batch_predict(ds, checkpoint_dir, BatchPredictor, pool=inference.pool_for(2), batch_size=64)
+        batch_predict(
+            ds, checkpoint_dir, BatchPredictor, pool_size=pool.size, batch_size=64, **pool.actor_options()
+        )
     )
     expected = _expected(checkpoint_dir, images)
     assert len(got_predictions) == len(images)
@@ -84,7 +94,10 @@ def test_measure_throughput_runs_both_ways(ray_session, checkpoint_dir, digits):
 def test_kill_course_actors_leaves_none_alive(ray_session, checkpoint_dir):
     import ray
 
-    workers = [start_model_worker(checkpoint_dir) for _ in range(2)]
+    # named as lesson 05 names its actor: how cleanup finds them
+    workers = [
+        start_model_worker(checkpoint_dir, name=inference.actor_name("model-worker")) for _ in range(2)
+    ]
     ray.get([w.info.remote() for w in workers])
     assert len(cleanup.course_actors()) == 2
     killed = cleanup.kill_course_actors()

@@ -1,4 +1,4 @@
-"""A hung rank's stack, read from a live local Ray (course_utils.stacks).
+"""A hung rank's stack, read from a live local Ray (course_utils.internals.stacks).
 
 A tiny 2-worker run (no model, no data: ~15-20 s of Ray Train start-up) where rank 1 is busy in its
 own code instead of reaching its report: the stacks taken during the hang must show rank 0 at its
@@ -19,7 +19,7 @@ def test_hang_stacks_show_both_ranks_in_the_learners_code(ray_session, storage, 
     from ray.train import RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchTrainer
 
-    from course_utils import stacks
+    from course_utils.internals import stacks
 
     def stuck_elsewhere():
         import time
@@ -71,7 +71,7 @@ def test_a_task_pinned_to_a_node_reads_a_stack_there(ray_session):
 
     import ray
 
-    from course_utils import stacks
+    from course_utils.internals import stacks
 
     code = "import time\ndef learner_sleep():\n    time.sleep(60)\nlearner_sleep()\n"
     proc = subprocess.Popen([sys.executable, "-c", code])

@@ -6,9 +6,9 @@ import nbformat
 import pytest
 from nbmake.nb_run import NotebookRun
 
-from course_utils.config import build_root, get_profile
+from course_utils.core.config import build_root, get_profile
 from maintainer_tools import export
-from tests.notebook_runs import LAPTOP, LESSONS, error_text
+from maintainer_tools.harness.notebook_runs import LAPTOP, LESSONS, error_text
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(LAPTOP)]
 

@@ -1,4 +1,4 @@
-"""course_utils.metrics against a live Ray: the local Ray the lessons start (every node's endpoint, a
+"""course_utils.internals.metrics against a live Ray: the local Ray the lessons start (every node's endpoint, a
 short fit sampled with Ray Train's metrics included). Every node of a cluster started with `ray start`
 is the hosts tier's: lesson 02's utilization there must read all three hosts."""
 
@@ -8,7 +8,9 @@ import os
 
 import pytest
 
-from course_utils import config, metrics, plots, training
+from course_utils.core import config, history, plots, training
+from course_utils.internals import metrics
+from course_utils.lesson_code import train_loop_per_worker
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +31,10 @@ def test_every_alive_node_serves_its_metrics(ray_session):
 def test_a_fit_is_sampled_with_ray_train_metrics(ray_session, storage):
     assert os.environ.get("RAY_TRAIN_METRICS_ENABLED", "1") != "0", "the course keeps Ray Train's metrics on"
     tiny = config.SMOKE.with_(epochs=2, train_size=512, test_size=200, batch_size=64)
-    trainer = training.make_trainer("metrics-live", tiny, num_workers=2)
+    trainer = training.make_trainer("metrics-live", tiny, num_workers=2, train_loop=train_loop_per_worker)
     with metrics.sample_metrics(run_name="metrics-live", required=True) as samples:
         result = trainer.fit()
-    frame, marks = samples.frame, metrics.report_times(result)
+    frame, marks = samples.frame, history.report_times(result)
     assert list(marks["epoch"]) == [0, 1]
     during = frame[frame["time"] <= marks["reported_at"].max()]
     assert during["time"].nunique() >= 5, "sampled about once a second while the fit ran"

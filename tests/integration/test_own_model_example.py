@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from course_utils.config import REPO_ROOT
-from tests.notebook_runs import LAPTOP
+from maintainer_tools.harness.notebook_runs import LAPTOP
+from tests.checkout import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(LAPTOP)]
 

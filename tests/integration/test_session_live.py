@@ -26,7 +26,7 @@ def test_local_workers_run_the_setup_hook_without_a_runtime_env(ray_session):
         pytest.skip("a RAY_ADDRESS cluster gets the hook through the job's runtime_env")
     seen = ray.get(inside.remote())
     assert seen["runtime_env"] == {}, seen
-    # What course_utils.logs.setup_worker does first: the worker names its own cluster.
+    # What course_utils.internals.logs.setup_worker does first: the worker names its own cluster.
     assert seen["ray_address"] == ray.get_runtime_context().gcs_address, seen
     assert seen["excepthook_replaced"], seen
 
@@ -40,7 +40,7 @@ def test_the_dashboard_refuses_a_bare_request_and_takes_the_courses(ray_session,
 
     import ray
 
-    from course_utils import dashboard, metrics
+    from course_utils.internals import dashboard, metrics
 
     if ray_session.dashboard_url is None:
         pytest.skip("no dashboard (ray[default] missing)")
@@ -71,7 +71,7 @@ def test_a_kernel_stopped_with_sigterm_prints_no_ray_stack(tmp_path):
 
     code = (
         "import os, signal, time\n"
-        "from course_utils import session\n"
+        "from course_utils.core import session\n"
         "session.start_ray(num_cpus=1, verbose=False)\n"
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "time.sleep(30)\n"
@@ -119,11 +119,11 @@ def test_a_nearly_full_disk_gets_one_note_instead_of_rays_error_every_10_s(nearl
     import subprocess
     import sys
 
-    from course_utils import rayinternals
+    from course_utils.internals import rayinternals
 
     code = (
         "import time, ray\n"
-        "from course_utils import session\n"
+        "from course_utils.core import session\n"
         "session.start_ray(num_cpus=1, verbose=False)\n"
         "ray.get(ray.remote(lambda: 1).remote())\n"
         "time.sleep(12)  # the raylet checks at start and says it again every 10 s; its log reaches us\n"

@@ -11,11 +11,15 @@ import numpy as np
 import pyarrow.fs as pafs
 import pytest
 
-from course_utils import cleanup, config, inference, lesson_inference, raydata, storage
-from course_utils import storage as course_storage
-from course_utils.storage import CleanupRefused
-from tests.notebook_runs import SHARED
-from tests.ownership import is_mine
+from course_utils import lesson_inference
+from course_utils.core import config, storage
+from course_utils.core import storage as course_storage
+from course_utils.core.storage import CleanupRefused
+from course_utils.lesson03 import raydata
+from course_utils.lesson05 import inference
+from course_utils.lesson06 import cleanup
+from maintainer_tools.harness.notebook_runs import SHARED
+from maintainer_tools.harness.ownership import is_mine
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(SHARED)]
 
@@ -85,8 +89,9 @@ def test_s3_cleanup_leaves_a_teammates_run_and_foreign_objects(s3_storage, monke
 
 def test_kill_course_actors_leaves_a_teammates_actor_alive(ray_session, tmp_path, monkeypatch):
     import ray
+    import ray.train
 
-    checkpoint = str(inference.placeholder_checkpoint(tmp_path / "ckpt"))
+    checkpoint = ray.train.Checkpoint.from_directory(str(inference.placeholder_checkpoint(tmp_path / "ckpt")))
     assert ray.get_runtime_context().namespace == config.learner_namespace()  # start_ray joined it
     # A teammate's model server on the same cluster: same prefix, same class, their namespace.
     teammate = (
@@ -95,7 +100,12 @@ def test_kill_course_actors_leaves_a_teammates_actor_alive(ray_session, tmp_path
         .remote(checkpoint)
     )
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    mine = lesson_inference.start_model_worker(checkpoint)
+    # alice's, as her driver (joined to her namespace by start_ray) would start lesson 05's actor
+    mine = (
+        ray.remote(lesson_inference.ModelWorker)
+        .options(name=inference.actor_name("model-worker"), namespace=config.learner_namespace(), num_cpus=1)
+        .remote(checkpoint)
+    )
     try:
         ray.get([teammate.info.remote(), mine.info.remote()])
         assert [(a["namespace"], a["name"][:19]) for a in cleanup.course_actors()] == [

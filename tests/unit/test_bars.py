@@ -1,15 +1,15 @@
-"""course_utils.progress.progress_bar: a progress bar's saved text is its final state (a kernel runs the bars)."""
+"""course_utils.core.progress.progress_bar: a progress bar's saved text is its final state (a kernel runs the bars)."""
 
 from __future__ import annotations
 
 import nbformat
 from nbclient import NotebookClient
 
-from course_utils import progress
-from tests.notebook_runs import WIDGET_VIEW, progress_text_not_final
+from course_utils.core import progress
+from maintainer_tools.harness.notebook_runs import WIDGET_VIEW, progress_text_not_final
 
 CODE = """\
-from course_utils import progress
+from course_utils.core import progress
 for i in progress.progress_bar(range(3), desc="outer"):
     for j in progress.progress_bar(range(4), desc="inner", leave=False):
         pass

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from course_utils import compare, data, raydata
+from course_utils.core import compare, data
+from course_utils.lesson03 import raydata
 from maintainer_tools import bench
 from maintainer_tools.bench import startup
 from maintainer_tools.bench.ingest import DigitsDataset
@@ -152,25 +153,40 @@ def test_workshop_bench_fails_in_plain_words_when_a_learner_fails(monkeypatch):
         workshop.run_round(2, 1, {})
 
 
-def test_validation_bench_gives_every_rank_the_whole_test_set(mnist_root, monkeypatch):
-    """The every-rank run swaps the rank's test share for the whole set; the lesson's loop is untouched."""
+def test_validation_bench_gives_every_rank_the_whole_test_set():
+    """The every-rank run is lesson 02's loop with its test share edited out; the lesson's loop is untouched."""
+    import inspect
+
+    import cloudpickle
+
     from course_utils import lesson_code
     from maintainer_tools.bench import validation
 
-    _, test_ds = data.course_datasets(64, 40, str(mnist_root), 0)
-    seen = []
-    monkeypatch.setattr(
-        lesson_code, "train_loop_per_worker", lambda config: seen.append(len(data.rank_share(test_ds, 0, 2)))
-    )
-    validation.train_loop_every_rank_scores_all({})
-    assert seen == [40]  # the whole set, not every 2nd digit
-    assert len(data.rank_share(test_ds, 0, 2)) == 20  # restored after the run
+    original = inspect.getsource(lesson_code.train_loop_per_worker)
+    variant = validation.train_loop_every_rank_scores_all()
+    assert validation.RANK_SHARE in original
+    assert variant is not lesson_code.train_loop_per_worker
+    assert (
+        variant.__code__.co_code != lesson_code.train_loop_per_worker.__code__.co_code
+    )  # the Subset call gone
+    # Ray ships it by value: a module nobody can import on a worker would fail the fit
+    assert variant.__module__ == "bench_validation_every_rank"
+    assert cloudpickle.loads(cloudpickle.dumps(variant)).__name__ == "train_loop_per_worker"
+    assert inspect.getsource(lesson_code.train_loop_per_worker) == original
+
+
+def test_validation_bench_stops_when_the_loop_changed_its_share(monkeypatch):
+    from maintainer_tools.bench import validation
+
+    monkeypatch.setattr(validation, "RANK_SHARE", "a line the loop does not have")
+    with pytest.raises(SystemExit, match="update this bench"):
+        validation.train_loop_every_rank_scores_all()
 
 
 def test_bench_train_gpu_without_a_gpu_says_so_in_one_line_and_exits_0():
     import os
 
-    from course_utils.config import REPO_ROOT
+    from tests.checkout import REPO_ROOT
 
     run = subprocess.run(
         [sys.executable, "-m", "maintainer_tools.bench", "train", "--gpu"],

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.config import REPO_ROOT
-from course_utils.install import normalise
+from course_utils.core.install import normalise
 from maintainer_tools.canary import pinned_versions
+from tests.checkout import REPO_ROOT
 
 
 def _bash(

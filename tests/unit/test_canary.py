@@ -158,7 +158,7 @@ def test_pinned_figures_are_lines_the_benches_print():
         assert bench["ray"] and bench["measured"] and bench["figures"], name
         source = (canary.REPO_ROOT / "maintainer_tools" / "bench" / f"{name}.py").read_text()
         if name == "inference":
-            source += (canary.REPO_ROOT / "course_utils" / "inference_timing.py").read_text()
+            source += (canary.REPO_ROOT / "course_utils" / "lesson05" / "inference_timing.py").read_text()
         for figure in bench["figures"]:
             literal = BUILT.get(figure, figure)
             if name == "ingest" and figure.endswith("_rows_per_s"):  # "{pipeline}_rows_per_s"
@@ -199,7 +199,7 @@ def test_first_error_prefers_pips_error_then_the_traceback():
 
 
 def test_canary_imports_nothing_but_the_standard_library():
-    # It runs before anything is installed: the standard library, and course_utils.install's name
+    # It runs before anything is installed: the standard library, and course_utils.core.install's name
     # normaliser, itself standard library only (it runs right after a lesson's pip install).
     import ast
     import sys
@@ -216,8 +216,8 @@ def test_canary_imports_nothing_but_the_standard_library():
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     imported = top_imports(canary.REPO_ROOT / "maintainer_tools" / "canary.py")
     assert {name.split(".")[0] for name in imported} - {"course_utils"} <= stdlib, imported
-    assert {name for name in imported if name.startswith("course_utils")} == {"course_utils.install"}
-    install = top_imports(canary.REPO_ROOT / "course_utils" / "install.py")
+    assert {name for name in imported if name.startswith("course_utils")} == {"course_utils.core.install"}
+    install = top_imports(canary.REPO_ROOT / "course_utils" / "core" / "install.py")
     assert {name.split(".")[0] for name in install} <= stdlib, install
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils import checkpoints
-from course_utils.model import build_resnet18
+from course_utils.core import checkpoints
+from course_utils.core.model import build_resnet18
 
 
 def _state():
@@ -119,42 +119,6 @@ def test_save_wait_times_both_ways_and_leaves_nothing_behind(tmp_path):
     waits = checkpoints.save_wait_s(state, tmp_path, rounds=1)
     assert set(waits) == {"sync", "async"} and all(0 < w < 60 for w in waits.values())
     assert list(tmp_path.iterdir()) == []  # the copies are removed
-
-
-def test_rank0_snapshot_uploads_the_state_as_it_was_at_report_time(monkeypatch, temp_root):
-    import types
-
-    import ray.train
-
-    persisted = []
-
-    class Storage:
-        def persist_current_checkpoint(self, checkpoint, name):
-            persisted.append(name)
-            return checkpoint
-
-    monkeypatch.setattr(ray.train, "get_context", lambda: types.SimpleNamespace(get_storage=Storage))
-    weights = torch.zeros(3)
-    checkpoint, write_then_upload = checkpoints.rank0_snapshot(0, {"model": {"w": weights}, "history": []})
-    weights += 1  # the next optimizer step, before Ray's upload thread has written anything
-    assert not (Path(checkpoint.path) / checkpoints.STATE_FILE).exists()
-    uploaded = write_then_upload(checkpoint, "checkpoint_000001")
-    assert persisted == ["checkpoint_000001"]
-    assert torch.equal(checkpoints.load_state(uploaded.path)["model"]["w"], torch.zeros(3))
-    assert checkpoints.rank0_snapshot(1, {"model": {}}) == (None, None)  # other ranks attach nothing
-
-
-def test_a_snapshot_whose_write_fails_leaves_no_folder(temp_root):
-    def crash():
-        raise RuntimeError("died while writing")
-
-    checkpoint, write_then_upload = checkpoints.rank0_snapshot(
-        0, {"model": {}, "history": []}, before_commit=crash
-    )
-    assert Path(checkpoint.path).parent == temp_root
-    with pytest.raises(RuntimeError, match="died while writing"):
-        write_then_upload(checkpoint, "checkpoint_000001")
-    assert list(temp_root.iterdir()) == [], "Ray removes an uploaded folder; one that never uploads is ours"
 
 
 def test_orphaned_temp_dirs_of_dead_processes_are_swept_and_nothing_else(tmp_path):

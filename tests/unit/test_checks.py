@@ -11,7 +11,7 @@ import pytest
 import torch
 from ray.train import CheckpointConfig, FailureConfig, ScalingConfig
 
-from course_utils import config
+from course_utils.core import config
 from course_utils.exercises import checks, lesson01, lesson02, lesson03, lesson04, lesson05, lesson06
 from course_utils.exercises.checks import solutions_dir
 

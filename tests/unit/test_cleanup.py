@@ -1,4 +1,4 @@
-"""Unit tests for course_utils.cleanup: it deletes this learner's course files and refuses everything else.
+"""Unit tests for course_utils.lesson06.cleanup: it deletes this learner's course files and refuses everything else.
 
 A shared COURSE_STORAGE holds the learner's folder ``course-alice`` next to a teammate's
 ``course-bob`` and things that are nobody's business of the course: those must survive.
@@ -13,9 +13,9 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
-from course_utils import cleanup, config
-from course_utils.data import OFFLINE_MARKER
-from course_utils.storage import (
+from course_utils.core import config
+from course_utils.core.data import OFFLINE_MARKER
+from course_utils.core.storage import (
     COURSE_ID,
     OWNER_FILE,
     CleanupRefused,
@@ -23,8 +23,9 @@ from course_utils.storage import (
     prepare_learner_storage,
     read_owner,
 )
+from course_utils.lesson06 import cleanup
 from maintainer_tools.clean_data import clean_data_cli, remove_data_copy
-from tests.notebook_runs import SHARED
+from maintainer_tools.harness.notebook_runs import SHARED
 
 pytestmark = [pytest.mark.path(SHARED)]
 
@@ -279,3 +280,10 @@ def test_human_bytes():
     assert cleanup.human_bytes(512) == "512 B"
     assert cleanup.human_bytes(1536) == "1.5 KiB"
     assert cleanup.human_bytes(5 * 1024**3) == "5.0 GiB"
+
+
+def test_is_yours_takes_only_course_actors_in_the_learners_namespace(monkeypatch):
+    monkeypatch.setenv("COURSE_LEARNER", "alice")
+    assert cleanup.is_yours({"name": "course-model-worker-1", "namespace": "course-alice"})
+    assert not cleanup.is_yours({"name": "course-model-worker-1", "namespace": "course-bob"})  # a teammate's
+    assert not cleanup.is_yours({"name": "my-server", "namespace": "course-alice"})  # not the course's

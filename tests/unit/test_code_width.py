@@ -17,7 +17,7 @@ import pytest
 
 from course_utils.exercises.checks import solutions_dir
 from maintainer_tools import export
-from tests.notebook_runs import LESSONS
+from maintainer_tools.harness.notebook_runs import LESSONS
 
 WIDTH = 88
 

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from course_utils import compare
+from course_utils.core import compare
 
 
 def _history(*rates):
@@ -80,7 +80,7 @@ def test_lesson_02s_run_is_read_from_the_learners_storage(tmp_path, monkeypatch)
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "storage"))
     monkeypatch.setenv("COURSE_LEARNER", "tester")
     assert compare.lesson02_history() is None
-    from course_utils import history, storage
+    from course_utils.core import history, storage
 
     fs, folder = history.run_folder(*storage.ray_storage(), storage.LESSON02_RUN)
     fs.create_dir(folder, recursive=True)

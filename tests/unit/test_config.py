@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import config, storage
+from course_utils.core import config, storage
 
 
 def test_smoke_profile_is_small_and_cpu(monkeypatch):

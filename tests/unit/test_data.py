@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils import data
+from course_utils.core import data
 
 
 def test_offline_split_is_stratified_and_disjoint():
@@ -78,7 +78,7 @@ def test_raw_arrays_match_datasets(mnist_root):
 # Several learners share one COURSE_DATA in a workshop: each prepares MNIST in its own process.
 _PREPARE_AND_READ = """
 import sys
-from course_utils import data
+from course_utils.core import data
 data._try_download = lambda root, timeout_s: False  # offline, as here, without waiting on a socket
 info = data.ensure_mnist(sys.argv[1], verbose=False)
 print(len(data.mnist(True, sys.argv[1])), len(data.mnist(False, sys.argv[1])), info.source)
@@ -88,7 +88,7 @@ print(len(data.mnist(True, sys.argv[1])), len(data.mnist(False, sys.argv[1])), i
 _READ_WHILE_PREPARED = """
 import struct, sys, time
 from pathlib import Path
-from course_utils import data
+from course_utils.core import data
 raw = Path(sys.argv[1]) / "MNIST" / "raw"
 deadline, seen = time.monotonic() + 120, 0
 while time.monotonic() < deadline and seen < 20:

@@ -85,10 +85,10 @@ def test_no_reexport_in_course_utils():
 
 def test_the_check_finds_a_name_taken_from_the_wrong_module():
     # raydata imports check_columns from batch_format to use it: reaching it through raydata is borrowing
-    assert borrowed_names("from course_utils import raydata\nraydata.check_columns(x)\n") == [
-        "raydata.check_columns (defined in course_utils.batch_format)"
+    assert borrowed_names("from course_utils.lesson03 import raydata\nraydata.check_columns(x)\n") == [
+        "raydata.check_columns (defined in course_utils.core.batch_format)"
     ]
-    assert borrowed_names("from course_utils.raydata import check_columns\n") == [
-        "from course_utils.raydata import check_columns (defined in course_utils.batch_format)"
+    assert borrowed_names("from course_utils.lesson03.raydata import check_columns\n") == [
+        "from course_utils.lesson03.raydata import check_columns (defined in course_utils.core.batch_format)"
     ]
-    assert borrowed_names("from course_utils.batch_format import check_columns\n") == []
+    assert borrowed_names("from course_utils.core.batch_format import check_columns\n") == []

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from course_utils.config import REPO_ROOT
+from tests.checkout import REPO_ROOT
 
 DEVCONTAINER = REPO_ROOT / ".devcontainer" / "devcontainer.json"
 # Every lifecycle property the dev container spec runs a command from.

@@ -1,6 +1,6 @@
 import torch
 
-from course_utils import device
+from course_utils.core import device
 
 
 def test_device_matches_visible_gpus(monkeypatch):
@@ -9,7 +9,7 @@ def test_device_matches_visible_gpus(monkeypatch):
 
 
 def test_loader_options_add_workers_and_pinned_memory_only_where_a_gpu_trains(monkeypatch):
-    from course_utils import device
+    from course_utils.core import device
 
     monkeypatch.setattr(device, "gpu_count", lambda: 0)
     assert device.loader_options(cpus=16) == {}, "on the CPU the loader stays in the training process"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.config import REPO_ROOT
 from maintainer_tools.bench import report
 from maintainer_tools.bench.common import COMMANDS
 from maintainer_tools.run_course import MAIN_PATH_LIMIT_MIN
+from tests.checkout import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 DOCS = REPO_ROOT / "docs"

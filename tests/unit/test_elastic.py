@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import ray
 
-from course_utils import elastic
+from course_utils.lesson04 import elastic
 
 # Recorded from lesson 04's elastic run (ray-train-sys-controller-*.log), trimmed to the fields used.
 RECORDED = [

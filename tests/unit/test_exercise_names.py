@@ -15,7 +15,7 @@ import pytest
 
 from course_utils.exercises import checks
 from maintainer_tools import answered
-from tests.notebook_runs import LESSONS
+from maintainer_tools.harness.notebook_runs import LESSONS
 
 
 def used_names(code: str) -> set[str]:
@@ -77,7 +77,9 @@ def test_every_name_a_solution_uses_is_in_the_lesson_before_it(lesson, index, ex
 
 
 def test_the_check_finds_a_name_the_lesson_never_shows():
-    assert used_names("from course_utils.batch_format import to_model_input\nx = to_model_input(y)\n") >= {
+    assert used_names(
+        "from course_utils.core.batch_format import to_model_input\nx = to_model_input(y)\n"
+    ) >= {
         "to_model_input",
         "y",
     }

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 import ray
 
-from course_utils import elastic, faults
-from tests.notebook_runs import CLUSTER as CLUSTER_PATH
+from course_utils.lesson04 import elastic, faults
+from maintainer_tools.harness.notebook_runs import CLUSTER as CLUSTER_PATH
 
 
 @pytest.fixture

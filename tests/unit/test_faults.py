@@ -10,8 +10,9 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from course_utils import checkpoints, faults, resumable
-from course_utils import storage as runs  # the `storage` fixture is a folder
+from course_utils.core import checkpoints
+from course_utils.core import storage as runs  # the `storage` fixture is a folder
+from course_utils.lesson04 import faults, resumable
 
 
 def test_crash_once_rejects_unknown_modes(tmp_path):
@@ -194,16 +195,18 @@ def test_stateful_loader_resumes_at_the_exact_batch():
         from torch.utils.data import DistributedSampler
         from torchdata.stateful_dataloader import StatefulDataLoader
 
-        recorder = resumable.IndexRecorder(dataset)  # lesson 04's mid-epoch loader, as section 12 builds it
-        sampler = DistributedSampler(recorder, num_replicas=2, rank=1, shuffle=True, seed=0)
-        loader = StatefulDataLoader(recorder, batch_size=4, sampler=sampler)
+        # lesson 04's mid-epoch loader, as section 12 builds it; each sample's label is its index
+        sampler = DistributedSampler(dataset, num_replicas=2, rank=1, shuffle=True, seed=0)
+        loader = StatefulDataLoader(dataset, batch_size=4, sampler=sampler)
         loader.sampler.set_epoch(3)
         if state is not None:
             loader.load_state_dict(state)
-        for step, _ in enumerate(loader):
+        read = []
+        for step, (_, labels) in enumerate(loader):
+            read += labels.tolist()
             if stop_after is not None and step + 1 == stop_after:
-                return recorder.take(), loader.state_dict()
-        return recorder.take(), None
+                return read, loader.state_dict()
+        return read, None
 
     uninterrupted, _ = run()
     first, state = run(stop_after=2)
@@ -218,3 +221,17 @@ def test_settle_s_is_two_of_the_controllers_polls(monkeypatch):
     assert faults.settle_s() == 1.0
     monkeypatch.delenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S")
     assert faults.settle_s() == 4.0  # Ray's default: a poll every 2 s
+
+
+def test_a_planted_fault_is_a_callable_that_fires_once_where_it_was_planted(tmp_path):
+    # what lesson 04's loop calls before each step: config["fault"](rank=..., epoch=..., step=...)
+    import pickle
+
+    spec = faults.crash_once(tmp_path / "marker", rank=1, epoch=0, step=2)
+    planted = pickle.loads(pickle.dumps(faults.planted(spec)))  # as it reaches a worker
+    planted(rank=0, epoch=0, step=2)  # another rank: nothing
+    planted(rank=1, epoch=0, step=1)  # another step: nothing
+    with pytest.raises(faults.InjectedFault):
+        planted(rank=1, epoch=0, step=2)
+    planted(rank=1, epoch=0, step=2)  # fired once: the marker stays
+    assert faults.fired(spec)

@@ -8,9 +8,9 @@ import subprocess
 import pytest
 import yaml
 
-from course_utils import device
-from course_utils.config import REPO_ROOT
-from tests.notebook_runs import GPU as GPU_PATH
+from course_utils.core import device
+from maintainer_tools.harness.notebook_runs import GPU as GPU_PATH
+from tests.checkout import REPO_ROOT
 
 pytestmark = pytest.mark.path(GPU_PATH)
 

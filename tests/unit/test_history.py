@@ -1,7 +1,8 @@
 import pytest
+import torch
 
-from course_utils import checkpoints
-from course_utils.history import metric_history
+from course_utils.core import checkpoints
+from course_utils.core.history import metric_history
 
 
 class _Result:
@@ -16,6 +17,13 @@ def test_metric_history_from_dir_and_result(tmp_path):
     assert metric_history(_Result(directory))["accuracy"].iloc[-1] == pytest.approx(0.7)
 
 
+def test_metric_history_from_the_history_a_lessons_loop_saves_in_state_pt(tmp_path):
+    # the lessons' loops save {"model": ..., "history": [...]} with torch.save alone, no history.json
+    rows = [{"epoch": e, "accuracy": 0.5 + e / 10} for e in range(2)]
+    torch.save({"model": {}, "epoch": 1, "history": rows}, tmp_path / checkpoints.STATE_FILE)
+    assert metric_history(tmp_path)["accuracy"].tolist() == pytest.approx([0.5, 0.6])
+
+
 def test_run_without_checkpoint_is_a_clear_error():
     with pytest.raises(checkpoints.CheckpointError, match="no checkpoint"):
         metric_history(_Result(None))
@@ -23,6 +31,9 @@ def test_run_without_checkpoint_is_a_clear_error():
 
 def test_checkpoint_without_history_is_a_clear_error(tmp_path):
     with pytest.raises(checkpoints.CheckpointError, match="history.json"):
+        metric_history(tmp_path)
+    torch.save({"model": {}}, tmp_path / checkpoints.STATE_FILE)
+    with pytest.raises(checkpoints.CheckpointError, match="nor a history in state.pt"):
         metric_history(tmp_path)
 
 
@@ -49,7 +60,7 @@ def _report(log, context, epoch, checkpoint=True):
 def test_report_log_keeps_every_report_and_a_restored_run_continues_it(tmp_path):
     import pyarrow.fs as pafs
 
-    from course_utils.history import ReportLog, read_reports
+    from course_utils.core.history import ReportLog, read_reports
 
     context = _RunContext(tmp_path, "run")
     first = ReportLog()
@@ -73,8 +84,8 @@ def test_report_log_keeps_every_report_and_a_restored_run_continues_it(tmp_path)
 def test_fit_progress_follows_the_log_and_needs_the_callback(tmp_path):
     from ray.train import RunConfig, ScalingConfig
 
-    from course_utils.history import ReportLog
-    from course_utils.progress import fit_progress
+    from course_utils.core.history import ReportLog
+    from course_utils.core.progress import fit_progress
 
     class Trainer:
         run_config = RunConfig(name="run", storage_path=str(tmp_path), callbacks=[ReportLog()])
@@ -84,7 +95,7 @@ def test_fit_progress_follows_the_log_and_needs_the_callback(tmp_path):
     context = _RunContext(tmp_path, "run")
     _report(log, context, 0)  # an earlier trainer's report: the bar starts after it
     with fit_progress(Trainer(), total=3, every_s=0.05) as bar:
-        assert bar.n == 1
+        assert bar.n == 1 and bar.desc == "run (resumed after 1 report(s))"
         _report(log, context, 1)
         _report(log, context, 2)
     assert bar.n == 3 and bar.postfix and "accuracy=0.7" in bar.postfix
@@ -92,7 +103,9 @@ def test_fit_progress_follows_the_log_and_needs_the_callback(tmp_path):
     with pytest.raises(RuntimeError, match="a rank failed"):
         with fit_progress(Trainer(), total=5, every_s=0.05) as stopped:
             raise RuntimeError("a rank failed")
-    assert stopped.desc == "run (stopped: fit() raised)" and stopped.n == 3, "short of 5, and says why"
+    assert stopped.desc == "run (resumed after 3 report(s)) (stopped: fit() raised)" and stopped.n == 3, (
+        "short of 5, and says why"
+    )
 
     class Bare:
         run_config = RunConfig(name="run", storage_path=str(tmp_path))
@@ -110,9 +123,9 @@ def test_fit_progress_samples_every_node_on_request(tmp_path, monkeypatch):
 
     from ray.train import RunConfig, ScalingConfig
 
-    from course_utils import metrics
-    from course_utils.history import ReportLog
-    from course_utils.progress import fit_progress
+    from course_utils.core.history import ReportLog
+    from course_utils.core.progress import fit_progress
+    from course_utils.internals import metrics
 
     class Trainer:
         run_config = RunConfig(name="run", storage_path=str(tmp_path), callbacks=[ReportLog()])
@@ -146,7 +159,7 @@ def test_read_reports_reads_again_when_the_file_was_replaced_mid_read(tmp_path):
     import pyarrow.fs as pafs
     import pytest
 
-    from course_utils.history import read_reports
+    from course_utils.core.history import read_reports
 
     whole = json.dumps([{"epoch": 0}, {"epoch": 1}], indent=1)
     reads = [whole[: len(whole) // 2], whole]

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from course_utils.config import REPO_ROOT
-from tests import hosts
+from maintainer_tools.harness import hosts
+from tests.checkout import REPO_ROOT
 
 
 def _recipe_block() -> list[str]:

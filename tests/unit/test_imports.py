@@ -33,13 +33,16 @@ TOOLS = (
     "answered",
     "bench",
     "canary",
+    "checkout",
     "clean_data",
     "cluster",
     "docsite",
     "export",
     "fits",
+    "harness",
     "publish",
     "run_course",
+    "run_tests",
 )
 
 
@@ -171,31 +174,36 @@ def test_cycle_finder_finds_a_cycle_and_names_it():
 
 def test_every_import_spelling_is_an_edge():
     source = """
-import course_utils.plan
-from course_utils import data
-from course_utils.model import unwrap
+import course_utils.core.plan
+from course_utils.core import data
+from course_utils.core.model import unwrap
 from . import device
 from .sub.train import main
 
 def lazy():
-    from course_utils.session import start_ray
+    from course_utils.core.session import start_ray
 """
     modules = {
         "course_utils",
-        "course_utils.plan",
-        "course_utils.data",
-        "course_utils.model",
-        "course_utils.device",
-        "course_utils.session",
-        "course_utils.sub",
-        "course_utils.sub.train",
-        "course_utils.training",
+        "course_utils.core",
+        "course_utils.core.plan",
+        "course_utils.core.data",
+        "course_utils.core.model",
+        "course_utils.core.device",
+        "course_utils.core.session",
+        "course_utils.core.sub",
+        "course_utils.core.sub.train",
+        "course_utils.core.training",
     }
-    names = imported_names(ast.parse(source), "course_utils.training", is_package=False)
-    assert resolve(names, modules) - {"course_utils"} == modules - {"course_utils", "course_utils.training"}
+    names = imported_names(ast.parse(source), "course_utils.core.training", is_package=False)
+    assert resolve(names, modules) - {"course_utils", "course_utils.core"} == modules - {
+        "course_utils",
+        "course_utils.core",
+        "course_utils.core.training",
+    }
     # relative to a package's __init__: ``from . import x`` stays inside that package
-    inner = imported_names(ast.parse("from . import train"), "course_utils.sub", is_package=True)
-    assert "course_utils.sub.train" in resolve(inner, modules)
+    inner = imported_names(ast.parse("from . import train"), "course_utils.core.sub", is_package=True)
+    assert "course_utils.core.sub.train" in resolve(inner, modules)
 
 
 def test_a_parent_package_is_an_edge_only_when_named():
@@ -218,9 +226,9 @@ def test_the_cycles_this_test_was_written_for_would_be_found():
     # faults -> session (alive_actors) -> training (per_worker_batch) -> faults, and
     # session <-> training (make_trainer's check_resources), as they were before the fix
     before = {
-        "course_utils.faults": {"course_utils.session"},
-        "course_utils.session": {"course_utils.training"},
-        "course_utils.training": {"course_utils.faults", "course_utils.session"},
+        "course_utils.lesson04.faults": {"course_utils.core.session"},
+        "course_utils.core.session": {"course_utils.core.training"},
+        "course_utils.core.training": {"course_utils.lesson04.faults", "course_utils.core.session"},
     }
     cycle = find_cycle(before)
     assert cycle is not None and cycle[0] == cycle[-1]
@@ -254,7 +262,7 @@ import importlib
 def lazy():
     from maintainer_tools.cluster import LocalCluster
     importlib.import_module("maintainer_tools.docsite")
-    from course_utils import config
+    from course_utils.core import config
 """
     found = tool_imports(ast.parse(source), "course_utils.install", is_package=False)
     assert set(found) >= {
@@ -264,7 +272,7 @@ def lazy():
         "maintainer_tools.cluster",
         "maintainer_tools.docsite",
     }
-    assert not [n for n in found if n.startswith("course_utils.config")]
+    assert not [n for n in found if n.startswith("course_utils.core.config")]
 
 
 # --------------------------------------------------------------------------- the packages
@@ -288,9 +296,38 @@ def test_course_utils_never_imports_the_maintainers_tools():
     assert not leftovers, f"tools inside course_utils (maintainer_tools/ holds them): {leftovers}"
 
 
+# Which rooms of course_utils each room may import (course_utils/README.md, "The rooms"): the arrows go down only.
+MAY_IMPORT = {
+    "internals": {"internals"},
+    "core": {"core", "internals"},
+    **{f"lesson0{n}": {f"lesson0{n}", "core", "internals"} for n in (3, 4, 5, 6)},
+    "exercises": {"exercises", "core", "internals", "lesson03", "lesson04", "lesson05", "lesson06"},
+    "lesson_code": set(),
+    "lesson_inference": set(),
+}
+
+
+def test_each_room_imports_only_the_rooms_below_it_and_never_the_generated_code():
+    """Every import of the package's own modules, in every spelling and inside functions too (the same graph
+    as the cycle check), goes down a layer or stays in its room; none reaches lesson_code or lesson_inference
+    (a lesson passes its loop in). ``course_utils`` itself, the package's face, runs nothing."""
+
+    def room(module: str) -> str | None:
+        return module.split(".")[1] if module.count(".") else None
+
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph((PACKAGE,)).items()
+        if room(module)
+        for target in sorted(targets)
+        if room(target) and room(target) not in MAY_IMPORT[room(module)]
+    ]
+    assert not wrong, "imports against the layers (course_utils/README.md):\n" + "\n".join(wrong)
+
+
 def test_neither_package_has_an_import_cycle():
     graph = import_graph()
-    assert "course_utils.training" in graph and "maintainer_tools.bench.train" in graph
+    assert "course_utils.core.training" in graph and "maintainer_tools.bench.train" in graph
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
@@ -390,14 +427,32 @@ def modules_loaded_by(statement: str, candidates: tuple[str, ...]) -> list[str]:
     return json.loads(out.strip().replace("'", '"'))
 
 
-@pytest.mark.parametrize("module", ["course_utils.inference", "course_utils.lesson_inference"])
-def test_inference_actors_import_neither_torchvision_nor_the_data_module(module):
-    # A Ray Data inference actor unpickles lesson 05's BatchPredictor: from the lesson, by value (its
-    # globals import course_utils.inference); from a bench or test, course_utils.lesson_inference.
-    loaded = modules_loaded_by(f"import {module}", ("torchvision", "course_utils.data", "ray.train"))
+def test_lesson_05s_actors_import_nothing_of_ray_train_or_the_course():
+    # A Ray Data inference actor unpickles lesson 05's BatchPredictor: from the lesson by value, from a bench
+    # or test from course_utils.lesson_inference. It builds lesson 01's model (torchvision) from the
+    # checkpoint, and needs neither Ray Train nor any course_utils module besides its own.
+    others = [f"course_utils.core.{m}" for m in ("batch_format", "checkpoints", "config", "data", "device")]
+    others += ["course_utils.core.model", "course_utils.core.progress", "course_utils.lesson05.inference"]
+    loaded = modules_loaded_by("import course_utils.lesson_inference", ("ray.train", *others))
     assert loaded == []
 
 
 def test_import_ray_does_not_build_the_rfc3987_grammar():
     # Every Ray process imports ray; jsonschema >= 4.24 would add rfc3987_syntax (+1.4-2 s each here).
     assert modules_loaded_by("import ray", ("rfc3987_syntax", "lark")) == []
+
+
+def test_the_package_imports_its_own_modules_at_the_top():
+    """Wiring in the open: a reader sees every arrow of a course_utils module in its first lines. An import of
+    the package's own modules inside a function hid a cycle or an arrow nobody drew; none is left."""
+    inside = []
+    for path in sorted((REPO / PACKAGE).rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if any(n == PACKAGE or n.startswith(PACKAGE + ".") for n in names):
+                    inside.append(f"{path.relative_to(REPO)}:{node.lineno} in {fn.name}()")
+    assert not inside, "move these imports to the module's top:\n" + "\n".join(inside)

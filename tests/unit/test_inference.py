@@ -1,4 +1,4 @@
-"""Unit tests for course_utils.inference: input handling, scoring maths, the actor classes in-process."""
+"""Unit tests for course_utils.lesson05.inference: input handling, scoring maths, the actor classes in-process."""
 
 from __future__ import annotations
 
@@ -7,12 +7,15 @@ import time
 
 import numpy as np
 import pytest
+import ray.train
 import torch
 
-from course_utils import batch_format, data, inference, inference_timing, lesson_inference, progress
-from course_utils.checkpoints import load_model
+from course_utils import lesson_inference
+from course_utils.core import batch_format, config, data, progress
+from course_utils.core.checkpoints import load_model
+from course_utils.core.model import predict
+from course_utils.lesson05 import inference, inference_timing
 from course_utils.lesson_inference import BatchPredictor
-from course_utils.model import predict
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +79,7 @@ def test_a_pool_on_a_busy_cpu_cluster_is_sized_down_or_waits():
 
 
 def test_an_actor_that_could_never_fit_fails_at_once_in_one_sentence():
-    from course_utils.session import ResourceError
+    from course_utils.core.session import ResourceError
 
     with pytest.raises(ResourceError) as info:
         _plan(cpus=8, total={"CPU": 8}, free={"CPU": 8}, nodes=[{"CPU": 4}, {"CPU": 4}])
@@ -133,13 +136,14 @@ def test_model_worker_and_batch_predictor_agree_with_plain_pytorch(checkpoint_di
     images, labels = data.raw_arrays(train=False, size=64, root=mnist_root)
     expected = predict(load_model(checkpoint_dir), batch_format.to_model_input(images)).numpy()
 
-    worker = lesson_inference.ModelWorker(str(checkpoint_dir))  # the actor's class, run in-process
+    checkpoint = ray.train.Checkpoint.from_directory(str(checkpoint_dir))  # as lesson 05 hands it over
+    worker = lesson_inference.ModelWorker(checkpoint)  # the actor's class, run in-process
     assert np.array_equal(worker.predict(images), expected)
     one_by_one = [int(worker.predict(x)[0]) for x in images[:8]]
     assert one_by_one == list(expected[:8])
     assert worker.info()["predict_calls"] == 9 and worker.info()["device"] == "cpu"
 
-    predictor = BatchPredictor(inference.torchscript_bytes(str(checkpoint_dir)))
+    predictor = BatchPredictor(checkpoint)
     out = predictor({"image": images, "label": labels})
     assert set(out) == {"prediction", "label"}
     assert np.array_equal(out["prediction"], expected)
@@ -194,15 +198,9 @@ def test_throughput_table_has_a_row_per_way_and_splits_batch_at_start_up():
     ), "no plain PyTorch row when it was not run"
 
 
-def test_torchscript_model_and_plain_loop_predict_like_the_eager_model(checkpoint_dir, mnist_root):
+def test_plain_loop_predicts_like_the_eager_model(checkpoint_dir, mnist_root):
     images, _ = data.raw_arrays(train=False, size=40, root=mnist_root)
-    model = load_model(checkpoint_dir)
-    expected = predict(model, batch_format.to_model_input(images)).numpy()
-    blob = inference.torchscript_bytes(str(checkpoint_dir))
-    fast = inference.load_torchscript(blob, torch.device("cpu"))
-    assert isinstance(fast, torch.jit.ScriptModule)  # frozen and fused, not the eager model
-    with torch.inference_mode():  # traced on 2 digits, used on 40: any batch size works
-        assert np.array_equal(fast(batch_format.to_model_input(images)).argmax(dim=1).numpy(), expected)
+    expected = predict(load_model(checkpoint_dir), batch_format.to_model_input(images)).numpy()
     threads = torch.get_num_threads()
     got = inference_timing.plain_pytorch_predict(str(checkpoint_dir), images, batch_size=16, threads=1)
     assert np.array_equal(got, expected)  # 16 + 16 + 8: the short last batch too
@@ -210,7 +208,7 @@ def test_torchscript_model_and_plain_loop_predict_like_the_eager_model(checkpoin
 
 
 def test_confusion_matrix_plot(tmp_path):
-    from course_utils import plots
+    from course_utils.core import plots
 
     matrix = inference.confusion_counts(np.arange(10).repeat(3), np.arange(10).repeat(3))
     fig = plots.confusion_matrix(matrix, title="test")
@@ -263,16 +261,17 @@ def test_model_worker_info_outside_ray_starts_no_ray(checkpoint_dir):
     """info() asks Ray for its GPUs only inside Ray: ray.get_gpu_ids() would start a local Ray otherwise,
     which a later test in the same process then found running (and waited on for ever)."""
     import ray
+    import ray.train
 
     if ray.is_initialized():
         pytest.skip("another test left Ray running in this process")
-    info = lesson_inference.ModelWorker(checkpoint_dir).info()
+    info = lesson_inference.ModelWorker(ray.train.Checkpoint.from_directory(str(checkpoint_dir))).info()
     assert info["ray_gpu_ids"] == [] and not ray.is_initialized()
 
 
 def test_actor_name_is_the_courses_and_refuses_one_lesson_06_would_not_find():
     made = inference.actor_name("model-worker")
-    assert made.startswith(f"{inference.ACTOR_PREFIX}model-worker-{os.getpid()}-")
+    assert made.startswith(f"{config.ACTOR_PREFIX}model-worker-{os.getpid()}-")
     assert made != inference.actor_name("model-worker")  # unique per call
     assert inference.actor_name("model-worker", "course-mine") == "course-mine"
     with pytest.raises(ValueError, match="start with 'course-'"):

@@ -16,11 +16,11 @@ import nbformat
 import pytest
 from packaging.requirements import Requirement
 
-from course_utils import config, install
-from course_utils.config import REPO_ROOT
-from course_utils.install import normalise
+from course_utils.core import config, install
+from course_utils.core.install import normalise
 from maintainer_tools import docsite, publish
 from maintainer_tools.run_course import lessons
+from tests.checkout import REPO_ROOT
 
 LESSONS = lessons()
 PUB = publish.publication()
@@ -174,7 +174,7 @@ def test_outside_a_checkout_the_course_writes_beside_the_notebook(monkeypatch, t
 @pytest.fixture(scope="module")
 def wheel_files(tmp_path_factory) -> list[str]:
     """The files of the learner's wheel, built from this checkout as the Colab tier builds it."""
-    from tests import colab
+    from maintainer_tools.harness import colab
 
     return zipfile.ZipFile(colab.build_wheel(tmp_path_factory.mktemp("wheel"))).namelist()
 
@@ -200,7 +200,7 @@ def test_the_learners_wheel_holds_no_maintainers_tool(wheel_files):
     assert on_disk <= packages, (
         f"packages of course_utils missing from the wheel: {sorted(on_disk - packages)}"
     )
-    assert {"course_utils/install.py", "course_utils/elastic.py"} <= set(wheel_files)
+    assert {"course_utils/core/install.py", "course_utils/lesson04/elastic.py"} <= set(wheel_files)
 
 
 def test_the_solutions_ship_in_the_package(monkeypatch, tmp_path, wheel_files):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from course_utils.config import REPO_ROOT
-from tests import hosts
+from maintainer_tools.harness import hosts
+from tests.checkout import REPO_ROOT
 
 SECRET = "from-a-Secret"
 

@@ -8,9 +8,9 @@ import json
 import pyarrow.fs as pafs
 import pytest
 
-from course_utils import config, storage
-from tests.notebook_runs import SHARED
-from tests.ownership import is_mine
+from course_utils.core import config, storage
+from maintainer_tools.harness.notebook_runs import SHARED
+from maintainer_tools.harness.ownership import is_mine
 
 pytestmark = [pytest.mark.path(SHARED)]
 

@@ -16,8 +16,8 @@ import re
 
 import pytest
 
+from maintainer_tools.harness.notebook_runs import LESSONS
 from maintainer_tools.run_course import prose_words
-from tests.notebook_runs import LESSONS
 
 UNIT = r"(?:ms|s|min|minutes?|seconds?|%|×|x|images/s|img/s|rows/s)"
 FIGURE = re.compile(rf"(?<![\w.,-])≈?\s?\d[\d,.]*(?:\s?[–-]\s?\d[\d,.]*)?\s?{UNIT}(?![\w/])")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.config import REPO_ROOT
+from tests.checkout import REPO_ROOT
 
 TARGETS = ["course_utils", "maintainer_tools", "tests"]
 

@@ -1,6 +1,6 @@
 import threading
 
-from course_utils import logs, rayinternals
+from course_utils.internals import logs, rayinternals
 
 
 def _crash_in(name: str) -> None:
@@ -133,7 +133,7 @@ def test_libraries_warnings_about_their_own_deprecated_calls_are_not_shown(monke
 def test_ray_datas_info_lines_and_progress_bar_notice_stay_out_of_a_lesson(monkeypatch, capsys):
     import logging
 
-    from course_utils import rayinternals
+    from course_utils.internals import rayinternals
 
     monkeypatch.delenv(rayinternals.DATA_LOG_LEVEL_ENV, raising=False)
     data_logger, progress = (

@@ -1,4 +1,4 @@
-"""course_utils.metrics against a recorded response: one real scrape of a local Ray 2.58 node's
+"""course_utils.internals.metrics against a recorded response: one real scrape of a local Ray 2.58 node's
 metrics endpoint (``data/metrics_fit.txt.gz``, taken during a 2-worker fit with
 RAY_TRAIN_METRICS_ENABLED=1), served from a loopback HTTP server, so no Ray is started."""
 
@@ -18,7 +18,8 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from course_utils import metrics, plots  # noqa: E402
+from course_utils.core import plots
+from course_utils.internals import metrics  # noqa: E402
 
 RECORDED = Path(__file__).parent / "data" / "metrics_fit.txt.gz"
 

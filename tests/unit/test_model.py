@@ -1,7 +1,7 @@
 import torch
 from torch import nn
 
-from course_utils.model import build_resnet18, predict, unwrap
+from course_utils.core.model import build_resnet18, predict, unwrap
 
 
 def test_resnet18_takes_one_channel_digits():

@@ -1,8 +1,8 @@
 import json
 from pathlib import Path
 
-from course_utils.notebook import show_source
-from course_utils.plan import per_worker_batch
+from course_utils.core.notebook import show_source
+from course_utils.core.plan import per_worker_batch
 from maintainer_tools import run_course
 
 
@@ -48,7 +48,7 @@ def test_committed_notebooks_have_no_outputs_and_the_course_kernel():
 def test_returning_output_returns_what_fn_printed_and_wrote(capsys):
     import pytest
 
-    from course_utils.notebook import returning_output
+    from course_utils.core.notebook import returning_output
 
     folders = []
 
@@ -75,7 +75,7 @@ def test_returning_output_returns_what_fn_printed_and_wrote(capsys):
 
 
 def test_show_changes_names_each_side_and_counts_the_changed_lines(capsys):
-    from course_utils.notebook import show_changes
+    from course_utils.core.notebook import show_changes
 
     def loop(config):
         return config["a"]
@@ -91,3 +91,19 @@ def test_show_changes_names_each_side_and_counts_the_changed_lines(capsys):
     loop.__module__ = "__main__"
     show_changes(loop, loop_edited)
     assert capsys.readouterr().out.startswith("loop (this notebook's) -> loop_edited (this notebook's)")
+
+
+def test_show_changes_leaves_comments_out(capsys):
+    from course_utils.core.notebook import show_changes
+
+    def loop(config):
+        # the old way
+        return config["a"]  # a
+
+    def loop_commented(config):
+        # reworded, at length, but the code is the same
+        return config["a"]  # "#" is not a comment inside a string: "#a"
+
+    show_changes(loop, loop_commented)
+    first = capsys.readouterr().out.splitlines()[0]
+    assert ": 2 line(s)" in first, first  # only the two names' lines differ

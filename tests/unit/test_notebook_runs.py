@@ -6,7 +6,7 @@ import pytest
 def test_alarming_output_flags_tracebacks_and_report_dumps_unless_on_purpose():
     import nbformat
 
-    from tests.notebook_runs import FAILURES_ON_PURPOSE, alarming_output
+    from maintainer_tools.harness.notebook_runs import FAILURES_ON_PURPOSE, alarming_output
 
     def cell(source, text):
         c = nbformat.v4.new_code_cell(source)
@@ -58,12 +58,12 @@ EXPLAIN_03 = (
 CRASH_03 = (
     "\x1b[36m(RayTrainWorker pid=16072)\x1b[0m Error in training function:\n"
     "\x1b[36m(RayTrainWorker pid=16072)\x1b[0m Traceback (most recent call last):\n"
-    '\x1b[36m(RayTrainWorker pid=16072)\x1b[0m   File "/x/course_utils/faults.py", line 127, in maybe_fail'
+    '\x1b[36m(RayTrainWorker pid=16072)\x1b[0m   File "/x/course_utils/lesson04/faults.py", line 127, in maybe_fail'
     " [repeated 2x across cluster] (Ray deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log "
     "deduplication, or see https://docs.ray.io/en/master/ray-observability/user-guides/configure-logging.html"
     "#log-deduplication for more options.)\n"
     '\x1b[36m(RayTrainWorker pid=16072)\x1b[0m     raise InjectedFault(f"injected failure")\n'
-    "\x1b[36m(RayTrainWorker pid=16072)\x1b[0m course_utils.faults.InjectedFault: injected failure on rank 1 at "
+    "\x1b[36m(RayTrainWorker pid=16072)\x1b[0m course_utils.lesson04.faults.InjectedFault: injected failure on rank 1 at "
     "epoch 1, step 2\n"
     "\x1b[36m(RayTrainWorker pid=16072)\x1b[0m \n"
 )
@@ -101,14 +101,14 @@ def _nb(*cells):
 
 
 def test_red_lines_announced_and_explained_pass():
-    from tests.notebook_runs import unexplained_red_lines
+    from maintainer_tools.harness.notebook_runs import unexplained_red_lines
 
     nb = _nb(_md(ANNOUNCE), _code(RETRIES + "\nfit()", CRASH_03), _md(EXPLAIN_03))
     assert unexplained_red_lines(nb, LESSON_04) == []
 
 
 def test_a_red_line_of_no_known_kind_is_reported_even_in_a_failure_cell():
-    from tests.notebook_runs import unexplained_red_lines
+    from maintainer_tools.harness.notebook_runs import unexplained_red_lines
 
     for real_error in (
         "(RayTrainWorker pid=3) ValueError: Expected input batch_size (64) to match target batch_size (32).",
@@ -123,7 +123,7 @@ def test_a_red_line_of_no_known_kind_is_reported_even_in_a_failure_cell():
 
 
 def test_a_kind_printed_but_not_explained_after_the_cell_is_reported():
-    from tests.notebook_runs import unexplained_red_lines
+    from maintainer_tools.harness.notebook_runs import unexplained_red_lines
 
     announce = "**Red output ahead, expected:** the killed worker."
     explained = "`Error in training function` ... `Graceful shutdown` ... `ActorDiedError` ... the traceback"
@@ -142,7 +142,7 @@ def test_a_kind_printed_but_not_explained_after_the_cell_is_reported():
 
 
 def test_a_failure_cell_without_an_announcement_before_it_is_reported():
-    from tests.notebook_runs import unexplained_red_lines
+    from maintainer_tools.harness.notebook_runs import unexplained_red_lines
 
     nb = _nb(_md("## 03 · Automatic retries"), _code(RETRIES + "\nfit()", CRASH_03), _md(EXPLAIN_03))
     found = unexplained_red_lines(nb, LESSON_04)
@@ -154,7 +154,7 @@ def test_a_failure_cell_without_an_announcement_before_it_is_reported():
 
 
 def test_red_lines_of_cells_not_failing_on_purpose_are_left_to_alarming_output():
-    from tests.notebook_runs import unexplained_red_lines
+    from maintainer_tools.harness.notebook_runs import unexplained_red_lines
 
     nb = _nb(_md("## 02"), _code("# 02. What a checkpoint must hold\nx", CRASH_03))
     assert unexplained_red_lines(nb, LESSON_04) == []
@@ -163,12 +163,12 @@ def test_red_lines_of_cells_not_failing_on_purpose_are_left_to_alarming_output()
 
 def test_an_answered_exercise_run_at_the_end_is_explained_by_the_shipped_cells_neighbours():
     from maintainer_tools.answered import ANSWERED_TAG
-    from tests.notebook_runs import unexplained_red_lines
+    from maintainer_tools.harness.notebook_runs import unexplained_red_lines
 
     crash = (
         "(RayTrainWorker pid=9) Error in training function:\n"
         "(RayTrainWorker pid=9) Traceback (most recent call last):\n"
-        "(RayTrainWorker pid=9) course_utils.faults.InjectedFault: the check crashed rank 1 at step 10 on purpose\n"
+        "(RayTrainWorker pid=9) course_utils.lesson04.faults.InjectedFault: the check crashed rank 1 at step 10 on purpose\n"
     )
     answered = _code(EXERCISE + "\ndef my_resumable_loop(config): ...", crash)
     answered.metadata["tags"] = [ANSWERED_TAG]
@@ -182,7 +182,7 @@ def test_an_answered_exercise_run_at_the_end_is_explained_by_the_shipped_cells_n
 
 
 def test_rays_once_a_session_notice_may_be_explained_after_an_earlier_failure_cell():
-    from tests.notebook_runs import unexplained_red_lines
+    from maintainer_tools.harness.notebook_runs import unexplained_red_lines
 
     notice = (
         '(RayTrainWorker pid=2)   File "x.py", line 1, in f [repeated 2x across cluster] (Ray deduplicates logs '
@@ -206,7 +206,12 @@ def test_rays_once_a_session_notice_may_be_explained_after_an_earlier_failure_ce
 def test_lesson_04_as_committed_announces_and_explains_every_listed_kind():
     import nbformat
 
-    from tests.notebook_runs import FAILURES_ON_PURPOSE, LESSONS, RED_LINES, unexplained_red_lines
+    from maintainer_tools.harness.notebook_runs import (
+        FAILURES_ON_PURPOSE,
+        LESSONS,
+        RED_LINES,
+        unexplained_red_lines,
+    )
 
     assert set(RED_LINES[LESSON_04]) == set(FAILURES_ON_PURPOSE[LESSON_04]), (
         "every failure cell has its red lines"
@@ -230,7 +235,7 @@ def _stderr_notebook(first_line: str, text: str):
 
 
 def test_lesson_05s_pool_warning_is_announced_and_nothing_else_passes():
-    from tests.notebook_runs import alarming_output
+    from maintainer_tools.harness.notebook_runs import alarming_output
 
     line = (
         "[2026-11-26 07:24:53,396 E 9185 9185] core_worker.cc:2465: Actor with class name: "
@@ -273,7 +278,7 @@ ABSEIL_TRACE = (
     ids=["gcs-kill-race", "abseil-mutex-trace"],
 )
 def test_a_known_cluster_line_passes_only_on_the_shared_cluster_path(line, other, why):
-    from tests.notebook_runs import alarming_output
+    from maintainer_tools.harness.notebook_runs import alarming_output
 
     pool = "# 07. Batch inference with Ray Data"
     nb = _stderr_notebook(pool, line)

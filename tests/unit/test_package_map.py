@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from course_utils.config import REPO_ROOT
-from tests.notebook_runs import LESSONS
+from maintainer_tools.harness.notebook_runs import LESSONS
+from tests.checkout import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "course_utils"
 MAP = (PACKAGE / "README.md").read_text()
@@ -27,7 +27,7 @@ def lesson_modules(notebook) -> set[str]:
                 name = f"{parent}.{alias.name}" if parent else alias.name
                 is_module = (PACKAGE / (name.replace(".", "/") + ".py")).exists()
                 found.add(name if is_module else parent)
-        # the install cell's importlib.import_module("course_utils.install")
+        # the install cell's importlib.import_module("course_utils.core.install")
         if (
             isinstance(node, ast.Call)
             and getattr(node.func, "attr", None) == "import_module"

@@ -1,6 +1,6 @@
 """The plan each lesson derives from (profile, GPUs), for 0, 1 and 4 GPUs (and 3: an odd count).
 
-The GPU count is patched where the course reads it (``course_utils.device.gpu_count``), so these
+The GPU count is patched where the course reads it (``course_utils.core.device.gpu_count``), so these
 run on a machine without a GPU exactly as on a GPU runner.
 """
 
@@ -8,9 +8,10 @@ import math
 
 import pytest
 
-from course_utils import device, plan, resumable
-from course_utils.plan import per_worker_batch
-from tests.notebook_runs import GPU as GPU_PATH
+from course_utils.core import device, plan
+from course_utils.core.plan import per_worker_batch
+from course_utils.lesson04 import resumable
+from maintainer_tools.harness.notebook_runs import GPU as GPU_PATH
 
 pytestmark = pytest.mark.path(GPU_PATH)
 
@@ -230,4 +231,4 @@ def test_per_worker_batch_has_one_definition():
     # Batch sizing is the plan's; training re-exports it because lesson 02 imports it from there.
 
     assert per_worker_batch is plan.per_worker_batch is plan.per_worker_batch
-    assert per_worker_batch.__module__ == "course_utils.plan"
+    assert per_worker_batch.__module__ == "course_utils.core.plan"

@@ -6,11 +6,11 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from course_utils import plots  # noqa: E402
+from course_utils.core import plots  # noqa: E402
 
 
 def test_sample_grid(mnist_root):
-    from course_utils import data
+    from course_utils.core import data
 
     fig = plots.sample_grid(data.mnist(True, mnist_root), n=8, cols=4)
     assert isinstance(fig, Figure) and len(fig.axes) == 8
@@ -55,3 +55,12 @@ def test_epoch_axes_have_whole_number_ticks():
     rows = pd.DataFrame({"done": [1, 2, 3], "attempt": [1, 1, 2]})
     timeline = plots.attempt_timeline(rows, x="done", attempt="attempt", failures=[(1, 2.4, "crash")])
     assert _whole(timeline.axes[0].get_xticks())
+
+
+def test_epoch_attempts_gives_each_start_epoch_its_lane():
+    # lesson 04's retries: attempt 1 from epoch 0, the retry from 1, the manual restore from 2
+    history = pd.DataFrame({"epoch": [0, 1, 2, 3], "start_epoch": [0, 1, 2, 2]})
+    figure = plots.epoch_attempts(history, failures=[(1, 1.5, "crash 1")])
+    labels = [tick.get_text() for tick in figure.axes[0].get_yticklabels()]
+    assert labels == ["attempt 1", "attempt 2", "attempt 3"]
+    assert figure.axes[0].get_xlabel() == "epochs completed"

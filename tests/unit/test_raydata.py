@@ -1,4 +1,4 @@
-"""Unit tests for course_utils.raydata: Parquet export, schema checks, the two transforms, the
+"""Unit tests for course_utils.lesson03.raydata: Parquet export, schema checks, the two transforms, the
 batch adapter the Ray Data loop uses, and measure_ingest. No Ray cluster."""
 
 from __future__ import annotations
@@ -11,17 +11,10 @@ import pytest
 import torch
 from PIL import Image
 
-from course_utils import (
-    batch_format,
-    checkpoints,
-    config,
-    data,
-    lesson_code,
-    raydata,
-    steps,
-    training,
-)
-from course_utils.storage import CleanupRefused, read_owner
+from course_utils import lesson_code
+from course_utils.core import batch_format, checkpoints, config, data, steps, training
+from course_utils.core.storage import CleanupRefused, read_owner
+from course_utils.lesson03 import raydata
 from maintainer_tools import fits
 from maintainer_tools.bench.ingest import DigitsDataset
 
@@ -250,7 +243,9 @@ def test_make_trainer_defaults_the_shuffle_buffer(monkeypatch):
         def schema(self):
             return schema
 
-    raydata.make_ray_data_trainer("lesson03-unit", Dataset(), config.SMOKE)
+    raydata.make_ray_data_trainer(
+        "lesson03-unit", Dataset(), config.SMOKE, train_loop=lesson_code.train_loop_ray_data
+    )
     assert seen["train_loop"] is lesson_code.train_loop_ray_data
     assert seen["shuffle_buffer"] == raydata.SHUFFLE_BUFFER
 

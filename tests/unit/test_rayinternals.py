@@ -1,7 +1,7 @@
-"""Each Ray internal the course relies on (course_utils/rayinternals.py) is still where the course
+"""Each Ray internal the course relies on (course_utils/internals/rayinternals.py) is still where the course
 expects it, and no other course module uses a private Ray name.
 
-A failure here names the internal that moved: fix it in course_utils/rayinternals.py (and the Ray
+A failure here names the internal that moved: fix it in course_utils/internals/rayinternals.py (and the Ray
 versions in its docstring), not in the module that uses it.
 """
 
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import rayinternals
+from course_utils.internals import rayinternals
 
 ROOT = Path(__file__).resolve().parents[2]
 PRIVATE = re.compile(r"ray\._private|ray\._common|_internal")
-SEE = "see course_utils/rayinternals.py"
+SEE = "see course_utils/internals/rayinternals.py"
 
 
 def _module(name: str):
@@ -51,7 +51,8 @@ def test_only_rayinternals_names_private_ray_modules():
         if PRIVATE.search(line)
     ]
     assert not found, (
-        "private Ray names outside course_utils/rayinternals.py (move them there):\n" + "\n".join(found)
+        "private Ray names outside course_utils/internals/rayinternals.py (move them there):\n"
+        + "\n".join(found)
     )
 
 
@@ -83,7 +84,7 @@ def test_the_train_loggers_named_by_their_file_still_are(name):
     module = _module(name)
     assert module.logger.name == module.__file__, (
         f"{name}'s logger is {module.logger.name!r} in Ray {_version()}, no longer its file: "
-        f"course_utils.logs need not re-route it any more; {SEE}"
+        f"course_utils.internals.logs need not re-route it any more; {SEE}"
     )
 
 

@@ -1,4 +1,4 @@
-"""course_utils.runstate against a recorded /api/train/v2/runs/v1 answer (Ray 2.58, local Ray).
+"""course_utils.internals.runstate against a recorded /api/train/v2/runs/v1 answer (Ray 2.58, local Ray).
 
 Recorded in one driver: a 2-worker run "inspect-retry" whose rank 1 raised once (max_failures=1: a
 failed attempt, then a finished one), then "inspect-hang" (rank 1 skipped a report: one attempt,
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import runstate
+from course_utils.internals import runstate
 
 RESPONSE = json.loads((Path(__file__).parent / "data" / "inspect" / "train_runs_v1.json").read_text())
 
@@ -112,7 +112,7 @@ def test_the_driver_is_who_reads_state_tracking(monkeypatch, tmp_path):
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from course_utils import session
+    from course_utils.core import session
 
     assert session.COURSE_ENV[runstate.STATE_TRACKING_ENV] == "1"
     trainer = TorchTrainer(

@@ -1,7 +1,8 @@
 import pytest
 from ray.train import ScalingConfig
 
-from course_utils import dashboard, session
+from course_utils.core import session
+from course_utils.internals import dashboard
 
 
 def test_worker_count_bounds():
@@ -313,7 +314,7 @@ def disk(monkeypatch):
     import collections
     import shutil
 
-    from course_utils import rayinternals
+    from course_utils.internals import rayinternals
 
     monkeypatch.delenv(rayinternals.DISK_THRESHOLD_ENV, raising=False)
     usage = collections.namedtuple("usage", "total used free")
@@ -330,7 +331,7 @@ def test_a_disk_under_rays_limit_changes_nothing(disk, tmp_path):
 
 
 def test_a_disk_over_rays_limit_with_room_keeps_the_headroom_and_says_so(disk, tmp_path):
-    from course_utils import rayinternals
+    from course_utils.internals import rayinternals
 
     disk["free"] = 4 * GIB  # 96% used, more than the 3 GiB the course keeps
     guard, note = session.disk_guard(tmp_path / "ray" / "not-yet")
@@ -345,7 +346,7 @@ def test_a_disk_with_less_than_the_headroom_keeps_rays_guard_and_says_free_space
 
 
 def test_the_learners_own_threshold_wins(disk, tmp_path, monkeypatch):
-    from course_utils import rayinternals
+    from course_utils.internals import rayinternals
 
     disk["free"] = 4 * GIB
     monkeypatch.setenv(rayinternals.DISK_THRESHOLD_ENV, "0.95")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from ray.train import ScalingConfig
 
-from course_utils import dashboard, progress
+from course_utils.core import progress
+from course_utils.internals import dashboard
 
 
 @pytest.mark.parametrize(
@@ -103,8 +104,8 @@ def test_fit_progress_shows_the_waiting_line_while_fit_waits_for_its_placement_g
     import ray
     from ray.train import RunConfig
 
-    from course_utils import progress
-    from course_utils.history import ReportLog
+    from course_utils.core import progress
+    from course_utils.core.history import ReportLog
 
     class Trainer:
         run_config = RunConfig(name="run", storage_path=str(tmp_path), callbacks=[ReportLog()])

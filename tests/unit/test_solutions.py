@@ -4,7 +4,7 @@ import pytest
 
 from course_utils.exercises import checks
 from maintainer_tools import answered
-from tests.notebook_runs import ANSWERED, LESSONS
+from maintainer_tools.harness.notebook_runs import ANSWERED, LESSONS
 
 pytestmark = pytest.mark.path(ANSWERED)
 

@@ -1,4 +1,4 @@
-"""course_utils.stacks against recorded py-spy dumps of a live report hang (Ray 2.58, local Ray).
+"""course_utils.internals.stacks against recorded py-spy dumps of a live report hang (Ray 2.58, local Ray).
 
 Recorded while faults.train_loop_skipping_report hung: rank 0 waiting in its second
 ray.train.report, rank 1 returned after skipping it; both as `py-spy dump --json` (what the course
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import dashboard, stacks
+from course_utils.internals import dashboard, stacks
 
 DATA = Path(__file__).parent / "data" / "inspect"
 
@@ -27,7 +27,7 @@ def test_waiting_rank_points_at_the_report_line():
     stack = stacks.WorkerStack(pid=11045, threads=recorded("rank0_waiting"), rank=0)
     mine = stack.learner_frames()
     assert [(f.function, f.line) for f in mine] == [("train_loop_skipping_report", 257)]
-    assert mine[0].where == "course_utils/faults.py:257"
+    assert mine[0].where == "course_utils/lesson04/faults.py:257"
     assert stack.waiting_in().function == "Worker.get_objects"  # blocked in ray.get inside report
     text = stack.describe()
     assert text.startswith("rank 0 (pid 11045, py-spy):") and "train_loop_skipping_report" in text
@@ -37,7 +37,7 @@ def test_json_keeps_full_paths_and_library_frames_are_cut():
     threads = recorded("rank0_waiting")
     training = threads["TrainingThread(train_fn_with_final_checkpoint_flush)"]
     assert training[0].file.endswith("/site-packages/ray/_private/worker.py")
-    assert stacks.learner_frames(training)[0].file.endswith("/course_utils/faults.py")
+    assert stacks.learner_frames(training)[0].file.endswith("/course_utils/lesson04/faults.py")
     # the other threads (actor main loop, GC, monitor) hold no learner frame
     assert [name for name, frames in threads.items() if stacks.learner_frames(frames)] == [
         "TrainingThread(train_fn_with_final_checkpoint_flush)"
@@ -55,8 +55,8 @@ def test_library_or_learner():
     assert stacks.is_library("/x/.venv/lib/python3.11/site-packages/ray/train/v2/api/train_fn_utils.py")
     assert stacks.is_library("ray/train/v2/api/train_fn_utils.py") and stacks.is_library("threading.py")
     assert stacks.is_library("<frozen importlib._bootstrap>")
-    assert not stacks.is_library("/work/main/course_utils/faults.py")
-    assert not stacks.is_library("course_utils/faults.py")
+    assert not stacks.is_library("/work/main/course_utils/lesson04/faults.py")
+    assert not stacks.is_library("course_utils/lesson04/faults.py")
     assert not stacks.is_library("/tmp/ipykernel_123/456.py")  # a function defined in a notebook
 
 
@@ -170,7 +170,10 @@ READER_0 = [
         "BatchIterator._iter_batches", "/x/site-packages/ray/data/_internal/block_batching/iter_batches.py", 1
     ),
     stacks.Frame(
-        "SplitReader.read_shard", "/work/main/course_utils/stacks.py", 435, "course_utils/stacks.py"
+        "SplitReader.read_shard",
+        "/work/main/course_utils/internals/stacks.py",
+        435,
+        "course_utils/internals/stacks.py",
     ),
     stacks.Frame("actor_method_executor", "/x/site-packages/ray/_private/function_manager.py", 1),
     stacks.Frame("Worker.main_loop", "/x/site-packages/ray/_private/worker.py", 1066),
@@ -267,7 +270,7 @@ def test_hang_watch_ignores_an_earlier_runs_barrier_warning(monkeypatch):
 # PYTHONPATH (what the first GPU machine had), and a package in Debian's dist-packages.
 WHERE_RAY_IS = """
 import importlib.util, sys
-from course_utils import stacks
+from course_utils.internals import stacks
 print(importlib.util.find_spec("ray").origin)
 for name in sys.argv[1:]:
     print(name, stacks.is_library(name))
@@ -279,7 +282,7 @@ def test_library_frames_are_found_where_the_import_system_finds_them(tmp_path):
     import subprocess
     import sys
 
-    from course_utils.config import REPO_ROOT
+    from tests.checkout import REPO_ROOT
 
     # A --target folder (no "site-packages" in its path) whose ray shadows the venv's, as PYTHONPATH
     # made it on that machine; and a package known only by its metadata (a dist-info folder).
@@ -303,7 +306,7 @@ def test_library_frames_are_found_where_the_import_system_finds_them(tmp_path):
         f"{debian}/worker.py",
         "debpkg/worker.py",
         str(learner),
-        f"{REPO_ROOT}/course_utils/faults.py",
+        f"{REPO_ROOT}/course_utils/lesson04/faults.py",
     ]
     run = subprocess.run(
         [sys.executable, "-c", WHERE_RAY_IS, *files],

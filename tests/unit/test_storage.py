@@ -1,6 +1,6 @@
 import pytest
 
-from course_utils import storage as st
+from course_utils.core import storage as st
 
 
 def test_run_path_under_storage(storage):

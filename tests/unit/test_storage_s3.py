@@ -3,8 +3,8 @@
 import pyarrow.fs as pafs
 import pytest
 
-from course_utils import config
-from course_utils import storage as st
+from course_utils.core import config
+from course_utils.core import storage as st
 
 
 def test_local_storage_is_a_plain_path(storage):

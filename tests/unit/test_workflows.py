@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from course_utils.config import REPO_ROOT
+from tests.checkout import REPO_ROOT
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 # A build.sh call with any leading VAR=value settings and its arguments, up to the line's end or a
@@ -86,7 +86,29 @@ def test_newer_python_job_runs_unit_tests_and_lessons_01_02_on_312_and_313():
         assert (REPO_ROOT / path).exists(), path
     # build.sh test runs the paths it is given instead of `tests notebooks`
     build = (REPO_ROOT / "build.sh").read_text()
-    assert "targets=(tests notebooks)" in build and '-m pytest "${targets[@]}"' in build
+    assert "targets=(tests notebooks)" in build and '\n    "${targets[@]}" --nbmake-timeout' in build
+
+
+def test_build_sh_test_exits_with_pytests_verdict(tmp_path):
+    """build.sh test ends the process once pytest.main returns (a teardown abort after the summary is not a
+    verdict): the code it exits with is still pytest's, 1 for a failed test, 0 when all passed."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_two.py").write_text(
+        "def test_passes():\n    pass\n\ndef test_fails():\n    assert False\n"
+    )
+    for selection, code in (("test_two.py", 1), ("test_two.py::test_passes", 0)):
+        run = subprocess.run(
+            [sys.executable, "-m", "maintainer_tools.run_tests", selection, "-q", "-p", "no:cacheprovider"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        )
+        assert run.returncode == code, run.stdout[-2000:]
 
 
 def test_every_lesson_runs_in_jupyterlab_weekly_and_on_demand():
@@ -101,7 +123,7 @@ def test_every_lesson_runs_in_jupyterlab_weekly_and_on_demand():
 
 
 def test_the_weekly_job_runs_all_of_what_each_push_samples():
-    """Every knob that makes a push run a sample (tests.notebook_runs.at_each_push, tier_lessons,
+    """Every knob that makes a push run a sample (maintainer_tools.harness.notebook_runs.at_each_push, tier_lessons,
     every_lesson) is set to ``all`` in the weekly job, with the tests that read it: a sample nobody ever
     completes hides a broken path."""
     knobs: dict[str, set[str]] = {}
