@@ -35,6 +35,8 @@ and says how to install it.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import os
 import shutil
@@ -46,6 +48,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+import tornado.httpclient
+import tornado.websocket
 
 from course_utils.lesson04.elastic import free_port
 from maintainer_tools.cluster import _end_group
@@ -113,24 +117,65 @@ class Lab:
             return log.read().decode(errors="replace").splitlines()
 
     def restart_kernel(self, kernel_id: str, timeout_s: float = 120) -> None:
-        """What JupyterLab's Kernel > Restart Kernel asks the server, then wait for the new kernel.
+        """What JupyterLab's Kernel > Restart Kernel asks the server, then wait until the new kernel answers.
 
-        The server answers before the new kernel is up, with the old one's "idle" still in its model: the
-        new kernel is up once its own messages moved ``last_activity`` and it stayed idle for a second
-        (closed while it starts, it prints Python's start-up traceback into the terminal). The old kernel's
-        ``last_activity`` is read before the restart: the server may answer only once the new kernel has
-        already spoken, and read after, the new kernel's own time would be taken for the old one's."""
-        old = self.api(f"/api/kernels/{kernel_id}")["last_activity"]
+        The server answers the restart once the new process is launched, before it listens (closed while
+        it starts, it prints Python's start-up traceback into the terminal). Its REST model is no sign:
+        the new kernel's start-up messages answer ``kernel_info_request``, which the server does not count
+        as activity, so ``last_activity`` and "idle" may stay the old kernel's. The one sure sign is what
+        JupyterLab itself waits for: a ``kernel_info_reply`` on the kernel's websocket."""
         self.api(f"/api/kernels/{kernel_id}/restart", method="POST")
-        deadline = time.monotonic() + timeout_s
-        seen: list[tuple[str, str]] = []
-        while len(seen) < 3 or len(set(seen[-3:])) > 1 or seen[-1][1] == old or seen[-1][0] != "idle":
-            assert time.monotonic() < deadline, (
-                f"the restarted kernel was not up after {timeout_s} s: {seen[-5:]}"
-            )
-            time.sleep(0.5)
-            model = self.api(f"/api/kernels/{kernel_id}")
-            seen.append((model["execution_state"], model["last_activity"]))
+        with concurrent.futures.ThreadPoolExecutor(
+            1
+        ) as pool:  # Playwright's sync API holds this thread's loop
+            pool.submit(asyncio.run, self._kernel_info(kernel_id, timeout_s)).result()
+
+    async def _kernel_info(self, kernel_id: str, timeout_s: float) -> None:
+        """Send ``kernel_info_request`` on the kernel's websocket and wait for its reply."""
+        url = self.base.replace("http", "ws", 1) + f"/api/kernels/{kernel_id}/channels"
+        request = tornado.httpclient.HTTPRequest(url, headers={"Authorization": f"token {self.token}"})
+        msg_id = uuid.uuid4().hex
+        header = {
+            "msg_id": msg_id,
+            "msg_type": "kernel_info_request",
+            "session": uuid.uuid4().hex,
+            "username": "test",
+            "date": "",
+            "version": "5.3",
+        }
+        message = {
+            "header": header,
+            "parent_header": {},
+            "metadata": {},
+            "content": {},
+            "channel": "shell",
+            "buffers": [],
+        }
+
+        async def reply() -> None:
+            connection = await tornado.websocket.websocket_connect(request)
+            try:
+                await connection.write_message(json.dumps(message))
+                while True:
+                    raw = await connection.read_message()
+                    assert raw is not None, (
+                        "the kernel's websocket closed before the restarted kernel answered"
+                    )
+                    if isinstance(raw, str):
+                        answer = json.loads(raw)
+                        if (answer.get("parent_header") or {}).get("msg_id") == msg_id and (
+                            answer["header"]["msg_type"] == "kernel_info_reply"
+                        ):
+                            return
+            finally:
+                connection.close()
+
+        try:
+            await asyncio.wait_for(reply(), timeout_s)
+        except TimeoutError:
+            raise AssertionError(
+                f"the restarted kernel did not answer kernel_info within {timeout_s} s"
+            ) from None
 
 
 @pytest.fixture(scope="module")
