@@ -210,14 +210,18 @@ def prepare_learner_storage() -> str:
 
 
 def local_output_path(name: str) -> Path:
-    """Where ``local_output_dir(name)`` is, without creating anything: for reading what a lesson wrote."""
+    """Where ``local_output_dir(name)`` is, without creating anything: for reading what a lesson wrote.
+
+    With remote storage it is this learner's folder under the build folder: learners sharing one
+    checkout (a workshop machine) never write, or delete, each other's files."""
     root = learner_storage_root()
-    return (Path(root) if not is_remote_uri(root) else build_root()) / name
+    return (Path(root) if not is_remote_uri(root) else build_root() / learner_folder()) / name
 
 
 def local_output_dir(name: str) -> Path:
     """A local folder for a lesson's plain files (CSV, model.pt), created: inside this learner's
-    folder of the course storage when that is a local path, else under the build folder."""
+    folder of the course storage when that is a local path, else in this learner's folder under the
+    build folder."""
     prepare_learner_storage()
     path = local_output_path(name)
     path.mkdir(parents=True, exist_ok=True)

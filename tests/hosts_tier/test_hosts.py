@@ -2,7 +2,7 @@
 
 The head host runs Ray's head with 1 CPU slot, an S3 server and the learner's driver; two worker
 hosts (2 slots each, private disks) join with the token they were given. The lessons run from the
-head host with ``COURSE_STORAGE`` on that S3 server (02, 04, 05 and 06 at each push, all six with
+head host with ``COURSE_STORAGE`` on that S3 server (02, 05 and 06 at each push, all six with
 ``COURSE_HOSTS_LESSONS=all``), and Ray's state API (not printed text) says where their ranks, read
 tasks, pool actors and lesson 04's killed and hung ranks ran. A local
 ``COURSE_STORAGE`` stops lesson 02 at its storage cell in one sentence; a folder every host sees
@@ -31,11 +31,12 @@ CELL_TIMEOUT_S = 900
 # bench (whose figures lesson 04 quotes, measured both ways) lose it by a cut link too.
 SELECTED_LOSSES = at_each_push("COURSE_HOSTS_LOSSES", LOSSES, lambda how: how == "every process killed")
 # Each push runs the lessons whose Ray work crosses hosts through S3 and Ray's own routes: 02 (ranks on
-# worker hosts, rank 0 writing to S3, every host's metrics), 04 (a rank killed and a hung rank's stack read
-# on a worker host), 05 (lesson 02's checkpoint read back from S3, a pool across hosts) and 06 (what is left
-# on each host and in S3). COURSE_HOSTS_LESSONS=all (the weekly job) adds 01 (a Ray task's files come back
-# to the driver) and 03 (Parquet read on worker hosts): every lesson on three hosts.
-SELECTED_LESSONS = tier_lessons("COURSE_HOSTS_LESSONS", ("02", "04", "05", "06"))
+# worker hosts, rank 0 writing to S3, every host's metrics), 05 (lesson 02's checkpoint read back from S3, a
+# pool across hosts) and 06 (what is left on each host and in S3); a rank's processes killed on a worker host
+# run at each push in test_a_worker_host_lost_mid_epoch. COURSE_HOSTS_LESSONS=all (the weekly job) adds 01 (a
+# Ray task's files come back to the driver), 03 (Parquet read on worker hosts) and 04 (a rank killed and a
+# hung rank's stack read on a worker host; its 3-4 minutes there kept CI within 50): every lesson on three hosts.
+SELECTED_LESSONS = tier_lessons("COURSE_HOSTS_LESSONS", ("02", "05", "06"))
 
 # A lesson run on the head host: the tests' own runner (nbmake's), executed copy in build/tests/hosts.
 RUN_LESSON = textwrap.dedent(
@@ -220,9 +221,14 @@ def test_the_lessons_from_the_head_host_with_s3(hosts, summary_note):
         if "03" in jobs
         else "lesson 03 not selected"
     )
+    placed_04 = (
+        f"lesson 04's SIGKILLed rank at {sorted(killed_04)}, its hung ranks at {sorted(hung_04)}"
+        if "04" in jobs
+        else "lesson 04 not selected"
+    )
     placed = (
-        f"lesson 02's ranks {ranks_02}, train workers {train_02}; {placed_03}; lesson 04's SIGKILLed rank at "
-        f"{sorted(killed_04)}, its hung ranks at {sorted(hung_04)}; lesson 05's pool actors {pool_05}"
+        f"lesson 02's ranks {ranks_02}, train workers {train_02}; {placed_03}; {placed_04}; "
+        f"lesson 05's pool actors {pool_05}"
     )
     summary_note(f"hosts tier, where things ran: {placed}")
     assert all(len(ids) == 1 for ids in jobs.values()), f"one driver job per lesson: {jobs}"
@@ -241,12 +247,13 @@ def test_the_lessons_from_the_head_host_with_s3(hosts, summary_note):
     # Lesson 04 killed a rank on a worker host (from a task there) and read a hung rank's stack there
     # with py-spy in a task pinned to its node (the head was started without the dashboard's profiling
     # route): its self-check asserts both happened, this says where and how.
-    assert killed_04 & workers, f"lesson 04's SIGKILLed rank ran on no worker host: {placed}"
-    assert hung_04 & workers, f"lesson 04's hung ranks ran on no worker host: {placed}"
-    stacks_04 = [line for line in said["04"] if line.startswith("rank ")]
-    summary_note(f"hosts tier, lesson 04's hung ranks: {stacks_04}")
-    assert any("py-spy on its node)" in line for line in stacks_04), stacks_04
-    assert not [line for line in stacks_04 if "could not be read" in line], stacks_04
+    if "04" in jobs:
+        assert killed_04 & workers, f"lesson 04's SIGKILLed rank ran on no worker host: {placed}"
+        assert hung_04 & workers, f"lesson 04's hung ranks ran on no worker host: {placed}"
+        stacks_04 = [line for line in said["04"] if line.startswith("rank ")]
+        summary_note(f"hosts tier, lesson 04's hung ranks: {stacks_04}")
+        assert any("py-spy on its node)" in line for line in stacks_04), stacks_04
+        assert not [line for line in stacks_04 if "could not be read" in line], stacks_04
     # Lesson 02's utilization read every host's metrics port while the fit ran.
     summary_note(f"hosts tier, lesson 02's utilization: {said['02']}")
     assert any(f"of {len(hosts.hosts)} node(s)" in line for line in said["02"]), said["02"]

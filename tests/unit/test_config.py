@@ -90,4 +90,7 @@ def test_local_output_dir_local_and_remote(tmp_path, monkeypatch):
     assert out == (tmp_path / "s" / config.learner_folder() / "x").resolve() and out.is_dir()
     monkeypatch.setenv("COURSE_STORAGE", "s3://b/p")
     monkeypatch.setattr(storage, "build_root", lambda: tmp_path / "build")
-    assert storage.local_output_dir("x") == tmp_path / "build" / "x"
+    assert storage.local_output_dir("x") == tmp_path / "build" / config.learner_folder() / "x"
+    # two learners on one checkout (a workshop machine) never share a local output folder
+    monkeypatch.setenv("COURSE_LEARNER", "someone-else")
+    assert storage.local_output_dir("x") == tmp_path / "build" / "course-someone-else" / "x"
