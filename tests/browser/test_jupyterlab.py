@@ -125,9 +125,8 @@ class Lab:
         as activity, so ``last_activity`` and "idle" may stay the old kernel's. The one sure sign is what
         JupyterLab itself waits for: a ``kernel_info_reply`` on the kernel's websocket."""
         self.api(f"/api/kernels/{kernel_id}/restart", method="POST")
-        with concurrent.futures.ThreadPoolExecutor(
-            1
-        ) as pool:  # Playwright's sync API holds this thread's loop
+        # Playwright's sync API holds this thread's event loop: the websocket talk runs on another thread.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pool.submit(asyncio.run, self._kernel_info(kernel_id, timeout_s)).result()
 
     async def _kernel_info(self, kernel_id: str, timeout_s: float) -> None:
@@ -152,30 +151,24 @@ class Lab:
             "buffers": [],
         }
 
-        async def reply() -> None:
-            connection = await tornado.websocket.websocket_connect(request)
-            try:
-                await connection.write_message(json.dumps(message))
-                while True:
-                    raw = await connection.read_message()
-                    assert raw is not None, (
-                        "the kernel's websocket closed before the restarted kernel answered"
-                    )
-                    if isinstance(raw, str):
-                        answer = json.loads(raw)
+        try:
+            async with asyncio.timeout(timeout_s):
+                connection = await tornado.websocket.websocket_connect(request)
+                try:
+                    await connection.write_message(json.dumps(message))
+                    while (raw := await connection.read_message()) is not None:
+                        answer = json.loads(raw) if isinstance(raw, str) else {}
                         if (answer.get("parent_header") or {}).get("msg_id") == msg_id and (
                             answer["header"]["msg_type"] == "kernel_info_reply"
                         ):
                             return
-            finally:
-                connection.close()
-
-        try:
-            await asyncio.wait_for(reply(), timeout_s)
+                finally:
+                    connection.close()
         except TimeoutError:
             raise AssertionError(
                 f"the restarted kernel did not answer kernel_info within {timeout_s} s"
             ) from None
+        raise AssertionError("the kernel's websocket closed before the restarted kernel answered")
 
 
 @pytest.fixture(scope="module")
