@@ -18,8 +18,8 @@ from ray.train import CheckpointConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
 from course_utils.core import config, storage
-from course_utils.lesson_code import train_loop_per_worker  # lesson 02's loop, from its #@save cell
 from course_utils.core.training import loop_config
+from course_utils.lesson_code import train_loop_per_worker  # lesson 02's loop, from its #@save cell
 
 RUN_NAME = "lesson02-job"
 
@@ -27,7 +27,7 @@ RUN_NAME = "lesson02-job"
 def main() -> None:
     ray.init()  # inside a job: the cluster that runs it
     profile = config.get_profile()
-    storage_path, storage_filesystem = storage.ray_storage()
+    storage_path, storage_filesystem = storage.resolve().for_ray()
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config=loop_config(profile),

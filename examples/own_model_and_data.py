@@ -86,8 +86,8 @@ def train_loop_per_worker(config: dict) -> None:
 
 def main() -> None:
     session.start_ray()
-    storage.reset_run(RUN_NAME)  # an earlier run of this example: start fresh, not resumed
-    storage_path, storage_filesystem = storage.ray_storage()
+    storage.resolve().reset_run(RUN_NAME)  # an earlier run of this example: start fresh, not resumed
+    storage_path, storage_filesystem = storage.resolve().for_ray()
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"batch_size": 64, "lr": 1e-3, "epochs": 10},

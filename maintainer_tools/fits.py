@@ -14,6 +14,7 @@ from course_utils.core import checkpoints, data, steps
 from course_utils.core.batch_format import check_columns
 from course_utils.core.config import Profile, get_profile
 from course_utils.core.model import unwrap
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.core.training import make_trainer
 from course_utils.lesson03.raydata import normalise_batch, per_row_pil, read_digits
 
@@ -89,6 +90,7 @@ def make_trainer_mid_epoch(
         num_workers=num_workers,
         num_to_keep=num_to_keep,
         max_failures=max_failures,
+        store=resolve_storage(),
         train_loop=train_loop_mid_epoch,
         score_attribute=None,
         **config_overrides,

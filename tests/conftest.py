@@ -44,7 +44,7 @@ def storage(tmp_path, monkeypatch):
     from course_utils.core import storage as course_storage
 
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "storage"))
-    return Path(course_storage.prepare_learner_storage())
+    return Path(course_storage.resolve().prepare())
 
 
 @pytest.fixture(scope="session")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from course_utils.core.history import read_reports, run_folder
-from course_utils.core.storage import LESSON02_RUN, local_output_path, ray_storage
+from course_utils.core.storage import LESSON02_RUN, Storage
 
-LESSON01_OUTPUT = "lesson01-baseline"  # storage.local_output_path(...) of lesson 01's baseline
+LESSON01_OUTPUT = "lesson01-baseline"  # Storage.local_output_path(...) of lesson 01's baseline
 
 
 def steady(rates: Sequence[float]) -> float:
@@ -26,10 +26,11 @@ def steady(rates: Sequence[float]) -> float:
     return statistics.median(rates[1:] if len(rates) > 1 else rates)
 
 
-def lesson01_history(folder: Path | None = None) -> pd.DataFrame | None:
-    """Lesson 01's per-epoch metrics from its output folder, or None when lesson 01 has not run here."""
-    if folder is None:  # only reads: a lesson run before lesson 01 creates no folder here
-        folder = local_output_path(LESSON01_OUTPUT)
+def lesson01_history(where: Storage | Path) -> pd.DataFrame | None:
+    """Lesson 01's per-epoch metrics from its output folder (in ``where``'s storage, or the folder
+    ``where``), or None when lesson 01 has not run there."""
+    # only reads: a lesson run before lesson 01 creates no folder here
+    folder = where.local_output_path(LESSON01_OUTPUT) if isinstance(where, Storage) else where
     path = Path(folder) / "metrics.csv"
     return pd.read_csv(path) if path.exists() else None
 
@@ -40,6 +41,7 @@ NO_GAIN = 1.05
 
 def against_lesson01(
     history: pd.DataFrame,
+    store: Storage | None,
     *,
     workers: int,
     use_gpu: bool,
@@ -48,8 +50,9 @@ def against_lesson01(
     cores: int | None = None,
 ) -> list[str]:
     """Sentences: lesson 01's images/s and ``history``'s (all workers together), their ratio, and why;
-    ``baseline`` defaults to lesson 01's saved metrics (without them: run lesson 01)."""
-    baseline = lesson01_history() if baseline is None else baseline
+    ``baseline`` defaults to lesson 01's metrics saved in ``store`` (without them: run lesson 01); a
+    given ``baseline`` needs no ``store``."""
+    baseline = lesson01_history(store) if baseline is None else baseline
     rate = steady(history["images_per_s"])
     if baseline is None or baseline.empty:
         return [
@@ -79,10 +82,9 @@ def against_lesson01(
     return lines
 
 
-def lesson02_history() -> pd.DataFrame | None:
+def lesson02_history(store: Storage) -> pd.DataFrame | None:
     """Lesson 02's run as its ``ReportLog`` kept it in this learner's storage, or None when it has not run there."""
-
-    fs, folder = run_folder(*ray_storage(), LESSON02_RUN)
+    fs, folder = run_folder(*store.for_ray(), LESSON02_RUN)
     rows = read_reports(fs, folder)
     return pd.DataFrame(rows) if rows else None
 

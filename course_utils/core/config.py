@@ -2,7 +2,8 @@
 
 Environment overrides, read when a function is called (never at import time). The getters only
 compute names and paths; folders are made (and checked writable) where the course first writes:
-``data.ensure_mnist`` for ``COURSE_DATA``, ``storage.prepare_learner_storage`` for ``COURSE_STORAGE``.
+``data.ensure_mnist`` for ``COURSE_DATA``, ``storage.Storage.prepare`` for ``COURSE_STORAGE``
+(``storage.resolve`` is the one reader of ``storage_root``: everything else is handed its value).
 
 - ``COURSE_PROFILE``: ``smoke``, ``full`` or ``auto`` (default: ``full`` when a GPU is visible).
 - ``COURSE_DATA``: folder that holds MNIST (default ``<home>/data``).
@@ -195,15 +196,6 @@ ACTOR_PREFIX = "course-"
 def learner_namespace() -> str:
     """``course-<learner>``: the Ray namespace of this learner's course actors."""
     return f"{COURSE_PREFIX}{learner()}"
-
-
-def learner_storage_root() -> str:
-    """This learner's folder in the course storage: ``<COURSE_STORAGE>/course-<learner>``, where every
-    run, output and Parquet copy goes. Only the name: ``storage.prepare_learner_storage`` creates it."""
-    root = storage_root()
-    if is_remote_uri(root):
-        return f"{root}/{learner_folder()}"
-    return str(Path(root) / learner_folder())
 
 
 def build_root() -> Path:

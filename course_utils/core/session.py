@@ -112,6 +112,7 @@ class RaySession:
     nodes: int
     logs: str | None
     connected_to_existing: bool
+    storage: storage.Storage  # where this learner's runs go: COURSE_STORAGE, resolved once
 
     def describe(self) -> str:
         where = "existing cluster" if self.connected_to_existing else "local Ray"
@@ -121,7 +122,19 @@ class RaySession:
         )
 
 
-def _session(connected: bool) -> RaySession:
+# The session start_ray last returned in this process: what a check that runs a fit for the learner
+# (an exercise's) reads its storage from, so it writes where the lesson's own fits do.
+_current: RaySession | None = None
+
+
+def current() -> RaySession:
+    """The session ``start_ray`` last returned in this process; a clear error when it has not run."""
+    if _current is None:
+        raise RuntimeError("Ray is not running: run the lesson's setup cell (session.start_ray()) first.")
+    return _current
+
+
+def _session(connected: bool, store: storage.Storage) -> RaySession:
     import ray
 
     ctx = ray.get_runtime_context()
@@ -135,10 +148,11 @@ def _session(connected: bool) -> RaySession:
         nodes=len([n for n in ray.nodes() if n.get("Alive")]),
         logs=str(logs_dir) if logs_dir else None,
         connected_to_existing=connected,
+        storage=store,
     )
 
 
-def _course_settings(profile: str | None) -> dict[str, str]:
+def _course_settings(profile: str | None, store: storage.Storage) -> dict[str, str]:
     """The driver's course settings, resolved, for the workers of a cluster we connect to.
 
     Workers there run ``course_utils`` from the copy Ray shipped into ``runtime_resources``, so a
@@ -150,8 +164,8 @@ def _course_settings(profile: str | None) -> dict[str, str]:
     settings = {
         "COURSE_PROFILE": config.profile_name(profile),
         "COURSE_DATA": str(config.data_root()),
-        "COURSE_STORAGE": config.storage_root(),
-        "COURSE_LEARNER": config.learner(),
+        "COURSE_STORAGE": store.root,
+        "COURSE_LEARNER": store.learner,
     }
     endpoint = config.s3_endpoint()
     if endpoint:
@@ -171,7 +185,9 @@ def start_ray(
 
     # Before any run or worker writes there: COURSE_STORAGE is writable and this learner's folder
     # exists with its ownership record. A bad setting fails here, in the first cell.
-    storage.prepare_learner_storage()
+    # COURSE_STORAGE is read here, once: the session carries the value to every fit and reader.
+    store = storage.resolve()
+    store.prepare()
     connected = bool(os.environ.get("RAY_ADDRESS"))
     if not ray.is_initialized():
         init_kwargs.setdefault("namespace", learner_namespace())
@@ -189,7 +205,7 @@ def start_ray(
         logs.quiet_ray_data()  # this driver too, if it imported ray.data before
         if connected:
             # Every worker process of this job, on any node, runs the hook when it starts.
-            env = dict(env, **_course_settings(profile))
+            env = dict(env, **_course_settings(profile, store))
             runtime_env = {
                 "worker_process_setup_hook": logs.WORKER_SETUP_HOOK,
                 "env_vars": env,
@@ -206,7 +222,7 @@ def start_ray(
                 # Installed on its own (a lesson's install cell): the default folders are the
                 # notebook's, which a worker (started in Ray's session folder) cannot guess.
                 os.environ.setdefault("COURSE_DATA", str(config.data_root()))
-                os.environ.setdefault("COURSE_STORAGE", config.storage_root())
+                os.environ.setdefault("COURSE_STORAGE", store.root)
             guard, note = disk_guard(init_kwargs.get("_temp_dir") or rayinternals.default_temp_dir())
             if note:
                 print(note)
@@ -223,7 +239,9 @@ def start_ray(
         # Ray Train's controller asks this actor for resources with a 5 s timeout; created now, it is
         # up long before the first fit (ready_for_fits waits for it, rayinternals says why).
         rayinternals.start_autoscaling_coordinator()
-    session = _session(connected)
+    session = _session(connected, store)
+    global _current
+    _current = session
     if verbose:
         print(session.describe())
     return session

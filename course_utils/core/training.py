@@ -10,7 +10,7 @@ from course_utils.core import data, history
 from course_utils.core.config import Profile, data_root, get_profile
 from course_utils.core.session import check_resources, ready_for_fits
 from course_utils.core.steps import REPORTED_METRICS
-from course_utils.core.storage import check_run, ray_storage
+from course_utils.core.storage import Storage
 from course_utils.internals import logs
 
 
@@ -28,6 +28,7 @@ def make_trainer(
     name: str,
     profile: Profile | None = None,
     *,
+    store: Storage,
     train_loop: Callable,
     num_workers: int | tuple[int, int] | None = None,
     num_to_keep: int | None = 2,
@@ -39,10 +40,11 @@ def make_trainer(
     **config_overrides: Any,
 ):
     """The course's standard ``TorchTrainer`` for run ``name`` (what lesson 02 builds step by step), fitting
-    ``train_loop``: a lesson's loop, passed in (the package never imports the code generated from lessons).
+    ``train_loop``: a lesson's loop, passed in (the package never imports the code generated from lessons),
+    its runs in ``store`` (``ray_session.storage``).
 
     Fails now, not later, when the request cannot fit the cluster, when a run directory of that name
-    is damaged (``storage.check_run``: Ray would silently start from scratch), or when
+    is damaged (``Storage.check_run``: Ray would silently start from scratch), or when
     ``score_attribute`` is not one of ``reported_metrics`` (Ray only logs an error and keeps
     checkpoints unordered); ``score_attribute=None`` keeps the most recent checkpoints.
     ``placement_strategy="SPREAD"`` puts the workers on different nodes.
@@ -68,8 +70,8 @@ def make_trainer(
     config = loop_config(profile, **config_overrides)
     check_resources(scaling, config["batch_size"])
     ready_for_fits()  # the fit's first request to Ray's autoscaling coordinator finds it up
-    check_run(name)
-    storage_path, storage_filesystem = ray_storage()
+    store.check_run(name)
+    storage_path, storage_filesystem = store.for_ray()
     return TorchTrainer(
         train_loop,
         train_loop_config=config,

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from course_utils.core import storage, training
+from course_utils.core import session, training
 from course_utils.core.config import get_profile, temporary_env
 from course_utils.internals import logs
 from course_utils.lesson04.faults import InjectedFault
@@ -216,8 +216,9 @@ def fit_learner_function(
     recorder = _recorder_class().remote()
     config = training.loop_config(profile)
     config["_fitcheck"] = {"recorder": recorder, "fn": cloudpickle.dumps(train_fn), "crash_step": crash_step}
-    storage.reset_run(name)
-    storage_path, storage_filesystem = storage.ray_storage()
+    store = session.current().storage  # the learner's storage, as the lesson's own fits use it
+    store.reset_run(name)
+    storage_path, storage_filesystem = store.for_ray()
     trainer = TorchTrainer(
         _recorded_loop,
         train_loop_config=config,

@@ -24,7 +24,7 @@ import torch
 
 from course_utils.core import data, steps, storage, training
 from course_utils.core.batch_format import IMAGE, LABEL, check_columns
-from course_utils.core.config import Profile, get_profile, learner_storage_root, storage_root
+from course_utils.core.config import Profile, get_profile
 from course_utils.core.progress import progress_bar
 
 SIDE = 28
@@ -56,15 +56,14 @@ def read_blocks(path: str | Path) -> int:
 
 def location(path: str | Path) -> tuple[pafs.FileSystem, str]:
     """``(filesystem, path inside it)`` of Parquet data, for ``read_parquet(path, filesystem=fs)``.
-    A path under an ``s3://`` course storage goes through ``storage.filesystem_and_root``, so
+    A path under an ``s3://`` course storage goes through its ``Storage.filesystem``, so
     ``COURSE_S3_ENDPOINT`` applies (a bare ``read_parquet("s3://...")`` would ask AWS instead)."""
     path = str(path)
     if "://" not in path:
         return pafs.LocalFileSystem(), str(Path(path).resolve())
-    root = storage_root()
-    if path == root or path.startswith(root + "/"):
-        fs, inner = storage.filesystem_and_root()
-        return fs, inner.rstrip("/") + path[len(root) :]
+    store = storage.resolve()
+    if path == store.root or path.startswith(store.root + "/"):
+        return store.filesystem, store.root_path.rstrip("/") + path[len(store.root) :]
     return pafs.FileSystem.from_uri(path)
 
 
@@ -72,7 +71,7 @@ def default_parquet_path(split: str = "train", rows: int | None = None) -> str:
     """Where the course keeps a Parquet copy of a split: in this learner's folder of the course
     storage, which every node of a cluster can read (a shared mount or ``s3://``)."""
     suffix = f"-{rows}" if rows is not None else ""
-    return f"{learner_storage_root()}/datasets/mnist-{split}{suffix}.parquet"
+    return f"{storage.resolve().mine}/datasets/mnist-{split}{suffix}.parquet"
 
 
 def write_parquet(images: np.ndarray, labels: np.ndarray, path: str | Path, num_files: int = 4) -> str:
@@ -91,8 +90,9 @@ def write_parquet(images: np.ndarray, labels: np.ndarray, path: str | Path, num_
     fs, root = location(path)
     _clear_own_folder(fs, root, path)
     storage.write_owner(fs, root, "parquet")  # creates the folder
-    if path.startswith(learner_storage_root() + "/"):
-        storage.learner_filesystem_and_root()  # marks the learner's folder as the course's too
+    store = storage.resolve()
+    if path.startswith(store.mine + "/"):
+        store.learner_filesystem()  # marks the learner's folder as the course's too
     for i, table in enumerate(_digit_tables(images, labels, num_files)):
         pq.write_table(table, f"{root}/part-{i:03d}.parquet", filesystem=fs, **PARQUET_OPTIONS)
     return path

@@ -45,8 +45,7 @@ class Markers:
     fired on one machine stays fired when the rank restarts on another; ``markers / "name"``: a ``_Marker``."""
 
     def __init__(self, name: str):
-
-        self.filesystem, root = storage.learner_filesystem_and_root()
+        self.filesystem, root = storage.resolve().learner_filesystem()
         self.path = f"{root.rstrip('/')}/{name}"
 
     def __truediv__(self, name: str) -> _Marker:

@@ -29,7 +29,7 @@ from course_utils.core.checkpoints import training_state, write_checkpoint_dir
 from course_utils.core.config import ACTOR_PREFIX, get_profile
 from course_utils.core.model import build_resnet18
 from course_utils.core.session import ResourceError
-from course_utils.core.storage import LESSON02_RUN, local_output_dir, result_from_run, run_exists
+from course_utils.core.storage import LESSON02_RUN, Storage, resolve
 from course_utils.core.training import make_trainer
 
 NUM_CLASSES = 10
@@ -229,16 +229,16 @@ def confusion_counts(
     return matrix
 
 
-def train_if_missing(run_name: str, train_loop: Callable) -> None:
-    """Make sure storage holds run ``run_name`` (lesson 02's) with a kept checkpoint.
+def train_if_missing(store: Storage, run_name: str, train_loop: Callable) -> None:
+    """Make sure ``store`` holds run ``run_name`` (lesson 02's) with a kept checkpoint.
 
     When it is missing or holds none (lesson 05 run on its own), fits ``train_loop`` (lesson 02's loop)
     now through ``course_utils.core.training.make_trainer`` and says so; otherwise says where it found it.
     """
 
-    if run_exists(run_name):
+    if store.run_exists(run_name):
         try:
-            result = result_from_run(run_name)  # ray.train.Result.from_path, any COURSE_STORAGE
+            result = store.result(run_name)  # ray.train.Result.from_path, any COURSE_STORAGE
             if result.best_checkpoints:
                 print(
                     f"Found run {run_name!r} in storage, with {len(result.best_checkpoints)} kept checkpoint(s)."
@@ -254,16 +254,16 @@ def train_if_missing(run_name: str, train_loop: Callable) -> None:
         flush=True,
     )
     started = time.perf_counter()
-    make_trainer(run_name, profile, train_loop=train_loop).fit()
+    make_trainer(run_name, profile, store=store, train_loop=train_loop).fit()
     print(f"Trained run {run_name!r} in {time.perf_counter() - started:.0f} s.")
 
 
 def placeholder_checkpoint(directory: str | Path | None = None) -> Path:
     """A checkpoint dir holding an untrained ResNet-18, for speed tests; by default in the course
-    storage (``local_output_dir``), where lesson 06 removes it."""
+    storage (``Storage.local_output_dir``), where lesson 06 removes it."""
 
     torch.manual_seed(0)
-    directory = directory or local_output_dir("untrained-resnet18")
+    directory = directory or resolve().local_output_dir("untrained-resnet18")
     return write_checkpoint_dir(training_state(build_resnet18(), None, 0, []), directory)
 
 
@@ -273,9 +273,10 @@ def available_checkpoint(run_name: str | None = None) -> tuple[Any, str]:
     import ray.train
 
     run_name = run_name or LESSON02_RUN
-    if run_exists(run_name):
+    store = resolve()
+    if store.run_exists(run_name):
         try:
-            best = result_from_run(run_name).get_best_checkpoint("accuracy", "max")
+            best = store.result(run_name).get_best_checkpoint("accuracy", "max")
             if best is not None:
                 return best, f"best checkpoint of {run_name}"
         except RuntimeError:

@@ -26,25 +26,11 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from course_utils.core.config import (
-    ACTOR_PREFIX,
-    build_root,
-    data_root,
-    is_remote_uri,
-    learner_folder,
-    learner_namespace,
-    storage_root,
-)
+from course_utils.core.config import ACTOR_PREFIX, build_root, data_root, learner_namespace
 from course_utils.core.data import OFFLINE_MARKER
 
 # CleanupRefused is storage's (raydata.write_parquet raises it too).
-from course_utils.core.storage import (
-    OWNER_FILE,
-    CleanupRefused,
-    filesystem_and_root,
-    learner_filesystem_and_root,
-    refuse_unless_mine,
-)
+from course_utils.core.storage import OWNER_FILE, CleanupRefused, refuse_unless_mine, resolve
 from course_utils.internals.dashboard import alive_actors
 
 
@@ -111,8 +97,8 @@ def offline_data_copy() -> Path | None:
 def _learner_storage_dir() -> Path | None:
     """This learner's local storage folder (``<COURSE_STORAGE>/course-<learner>``) without creating
     it; None for remote storage."""
-    storage = storage_root()
-    return None if is_remote_uri(storage) else Path(storage) / learner_folder()
+    store = resolve()
+    return None if store.remote else Path(store.mine)
 
 
 def _allowed_roots() -> dict[str, Path]:
@@ -211,12 +197,11 @@ def _probe(name: str) -> bool:
 def storage_entries() -> list[str]:
     """This learner's entries in the course storage: run directories, fault markers, outputs,
     Parquet copies (not the folder's ownership record). Creates nothing."""
-    storage = storage_root()
-    if is_remote_uri(storage):
-        fs, root = learner_filesystem_and_root(claim=False)
+    store = resolve()
+    if store.remote:
+        fs, root = store.learner_filesystem(claim=False)
         infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-        uri = f"{storage}/{learner_folder()}"
-        return sorted(f"{uri}/{i.base_name}" for i in infos if i.base_name != OWNER_FILE)
+        return sorted(f"{store.mine}/{i.base_name}" for i in infos if i.base_name != OWNER_FILE)
     mine = _learner_storage_dir()
     if not mine.is_dir():
         return []
@@ -226,22 +211,22 @@ def storage_entries() -> list[str]:
 def storage_left_alone() -> list[str]:
     """Everything else at the top of ``COURSE_STORAGE`` (teammates' folders, foreign files), which
     cleanup never touches; lesson 06 lists them."""
-    storage = storage_root()
-    if is_remote_uri(storage):
-        fs, root = filesystem_and_root()
-        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    store = resolve()
+    if store.remote:
+        infos = store.filesystem.get_file_info(pafs.FileSelector(store.root_path, allow_not_found=True))
         names = [i.base_name for i in infos]
     else:
-        names = [p.name for p in Path(storage).iterdir()]
-    return sorted(f"{storage}/{n}" for n in names if n != learner_folder() and not _probe(n))
+        names = [p.name for p in Path(store.root).iterdir()]
+    return sorted(f"{store.root}/{n}" for n in names if n != store.folder and not _probe(n))
 
 
 def _remove_remote(uri: str, dry_run: bool) -> Removed:
-    mine = f"{storage_root()}/{learner_folder()}"
+    store = resolve()
+    mine = store.mine
     name = uri[len(mine) + 1 :] if uri.startswith(mine + "/") else ""
     if not name or "/" in name.rstrip("/") or name in (".", "..", OWNER_FILE):
         raise CleanupRefused(f"Refusing to delete {uri}: it is not an entry of your course folder {mine}.")
-    fs, root = learner_filesystem_and_root(claim=False)  # honours COURSE_S3_ENDPOINT, like the runs
+    fs, root = store.learner_filesystem(claim=False)  # honours COURSE_S3_ENDPOINT, like the runs
     path = f"{root}/{name.rstrip('/')}"
     info = fs.get_file_info(path)
     if info.type == pafs.FileType.Directory:
@@ -260,13 +245,13 @@ def clean_storage(dry_run: bool = False) -> list[Removed]:
     """Empty this learner's folder ``<COURSE_STORAGE>/course-<learner>`` (local or ``s3://``), only
     when it carries the course's record for this learner; the folder and record stay. Every entry is
     checked before any is deleted, so a refusal leaves everything in place."""
-    storage = storage_root()
+    store = resolve()
     entries = storage_entries()
     if not entries:
         return []
-    if is_remote_uri(storage):
-        fs, root = learner_filesystem_and_root(claim=False)
-        refuse_unless_mine(fs, root, f"{storage}/{learner_folder()}", "empty")
+    if store.remote:
+        fs, root = store.learner_filesystem(claim=False)
+        refuse_unless_mine(fs, root, store.mine, "empty")
         return [_remove_remote(uri, dry_run) for uri in entries]
     mine = _learner_storage_dir()
     if mine.is_symlink():

@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     data.ensure_mnist(verbose=False)
     session.start_ray(verbose=False, include_dashboard=False)
     name = "bench-checkpoint"
-    storage.reset_run(name)
+    storage.resolve().reset_run(name)
     profile = get_profile().with_(train_size=args.train_size, epochs=args.epochs)
     trainer = make_trainer_mid_epoch(
         name,
@@ -78,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         result = trainer.fit()
         rows = pd.DataFrame(checkpoints.load_state(result.checkpoint)["history"])
     finally:
-        storage.reset_run(name)
+        storage.resolve().reset_run(name)
     out = {"train_size": args.train_size, "checkpoint_every_steps": args.checkpoint_every, **overhead(rows)}
     print_lines(out)
     return out

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from course_utils.core import checkpoints, data, session, storage
 from course_utils.core.config import get_profile
-from course_utils.core.storage import local_output_dir
 from course_utils.lesson04 import faults, resumable
 from maintainer_tools import fits
 from maintainer_tools.bench.common import print_lines
@@ -38,8 +37,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     session.start_ray(verbose=False)
     profile = get_profile().with_(train_size=args.train_size, epochs=args.epochs)
     name = "bench-recovery"
-    storage.reset_run(name)
-    marker = Path(local_output_dir("bench-recovery")) / "kill.marker"
+    storage.resolve().reset_run(name)
+    marker = Path(storage.resolve().local_output_dir("bench-recovery")) / "kill.marker"
     marker.unlink(missing_ok=True)
     spec = faults.crash_once(marker, rank=1, epoch=1, step=args.kill_step, how="external", delay_s=2.0)
     trainer = fits.make_trainer_mid_epoch(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from course_utils.core.config import temporary_env
+from course_utils.core.storage import resolve as resolve_storage
 from maintainer_tools.bench.common import print_lines
 
 WORKERS = 2
@@ -263,17 +264,22 @@ def course_fit_once(name: str) -> dict[str, float]:
     from course_utils.core import storage, training
     from course_utils.core.progress import fit_progress
 
-    storage.reset_run(name)
+    storage.resolve().reset_run(name)
     with tempfile.TemporaryDirectory() as marks_dir:
         started = time.time()
         trainer = training.make_trainer(
-            name, num_workers=WORKERS, train_loop=bare_loop, score_attribute=None, marks_dir=marks_dir
+            name,
+            num_workers=WORKERS,
+            store=resolve_storage(),
+            train_loop=bare_loop,
+            score_attribute=None,
+            marks_dir=marks_dir,
         )
         built = time.time()
         with fit_progress(trainer, total=1, desc=name, utilization=True):
             trainer.fit()
         returned = time.time()
-    storage.reset_run(name)
+    storage.resolve().reset_run(name)
     return {
         "course: make_trainer (fit check, run check, storage)": built - started,
         "course: fit with ReportLog, progress bar, metrics sampling": returned - built,

@@ -22,6 +22,7 @@ from course_utils import lesson_code
 from course_utils.core import data, session, steps, storage, training
 from course_utils.core.config import get_profile
 from course_utils.core.history import metric_history
+from course_utils.core.storage import resolve as resolve_storage
 from maintainer_tools.bench.common import print_lines
 
 # How lesson 02's loop gives each rank its share of the test digits; the every-rank variant scores them all.
@@ -60,15 +61,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     runs = {}
     for label, shard in (("every_rank", False), ("sharded", True)):
         name = f"bench-validation-{label}"
-        storage.reset_run(name)
+        storage.resolve().reset_run(name)
         try:
             loop = lesson_code.train_loop_per_worker if shard else train_loop_every_rank_scores_all()
             trainer = training.make_trainer(
-                name, profile, train_loop=loop, reported_metrics=steps.REPORTED_METRICS
+                name,
+                profile,
+                store=resolve_storage(),
+                train_loop=loop,
+                reported_metrics=steps.REPORTED_METRICS,
             )
             rows = metric_history(trainer.fit())
         finally:
-            storage.reset_run(name)
+            storage.resolve().reset_run(name)
         runs[label] = rows.iloc[1:] if len(rows) > 1 else rows  # epoch 0 pays for warm-up
         out[f"{label}_final_accuracy"] = float(rows["accuracy"].iloc[-1])
     # The training part is the same loop in both runs: its median over both runs keeps the runs' noise

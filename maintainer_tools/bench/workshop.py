@@ -37,7 +37,7 @@ LEARNER = textwrap.dedent(
     session.start_ray(verbose=False, log_to_driver=False)
     profile = config.SMOKE.with_(epochs=int(sys.argv[1]))
     trainer = training.make_trainer(
-        "bench-workshop", profile, num_workers=profile.num_workers, train_loop=train_loop_per_worker
+        "bench-workshop", profile, num_workers=profile.num_workers, store=resolve_storage(), train_loop=train_loop_per_worker
     )
     with fit_progress(trainer, total=profile.epochs) as bar:
         trainer.fit()

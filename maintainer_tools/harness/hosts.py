@@ -541,7 +541,7 @@ trainer = fits.make_trainer_mid_epoch(
 noticed = {}
 
 def watch():
-    while not storage.reported_checkpoints(name):
+    while not storage.resolve().reported_checkpoints(name):
         time.sleep(0.3)
     ranks = list_actors(filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE"),
                                  ("job_id", "=", job)], raise_on_missing_output=False)
@@ -661,7 +661,7 @@ from course_utils.core.config import CourseConfigError
 session.start_ray(verbose=False)
 started = time.perf_counter()
 try:
-    storage.ray_storage()
+    storage.resolve().for_ray()
     said = None
 except CourseConfigError as err:
     said = str(err)
@@ -670,7 +670,7 @@ print("RESULT " + json.dumps({"said": said, "seconds": time.perf_counter() - sta
 
 
 def refuse_local_storage(hosts: Hosts) -> tuple[str | None, float]:
-    """What ``storage.ray_storage()`` says to a driver on the head host with a local COURSE_STORAGE, and
+    """What ``storage.resolve().for_ray()`` says to a driver on the head host with a local COURSE_STORAGE, and
     how long deciding took (a probe file and a zero-CPU task on each other node)."""
     folder = hosts.head.tmp / "local-storage"
     out = hosts.python(LOCAL_STORAGE_DRIVER, hosts.learner_env(storage=str(folder), COURSE_LEARNER="probe"))

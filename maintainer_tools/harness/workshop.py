@@ -43,7 +43,7 @@ TEAMMATE_SESSION = textwrap.dedent(
     from course_utils.core import session, storage
 
     session.start_ray(verbose=False, log_to_driver=False)
-    fs, root = storage.learner_filesystem_and_root()  # <prefix>/course-teammate, with its owner record
+    fs, root = storage.resolve().learner_filesystem()  # <prefix>/course-teammate, with its owner record
     fs.create_dir(f"{{root}}/lesson02-resnet18")
     with fs.open_output_stream(f"{{root}}/lesson02-resnet18/result.json") as f:
         f.write(b'{{"teammate": "my run"}}')

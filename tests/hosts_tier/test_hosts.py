@@ -115,7 +115,7 @@ S3_FILES = textwrap.dedent(
     import json, sys
     import pyarrow.fs as pafs
     from course_utils.core import storage
-    fs, _ = storage.filesystem_and_root()
+    fs = storage.resolve().filesystem
     what, path = sys.argv[1:]
     if what == "put":
         fs.create_dir(path.rsplit("/", 1)[0])
@@ -306,7 +306,7 @@ def test_local_storage_stops_lesson_02_in_one_sentence(hosts, summary_note):
 SHARED_FIT = textwrap.dedent(
     """
     import json, sys
-    from course_utils.core import config, session, training
+    from course_utils.core import config, session, storage, training
     from maintainer_tools import cluster
     from course_utils.core.history import metric_history
 
@@ -314,7 +314,7 @@ SHARED_FIT = textwrap.dedent(
     tiny = config.SMOKE.with_(epochs=2, train_size=512, test_size=200, batch_size=64)
     result = training.make_trainer(
         "shared-folder", tiny, num_workers=2, placement_strategy="SPREAD",
-        train_loop=cluster.train_loop_recording_node, node_log_dir=sys.argv[1],
+        store=storage.resolve(), train_loop=cluster.train_loop_recording_node, node_log_dir=sys.argv[1],
     ).fit()
     print("RESULT " + json.dumps({
         "history": metric_history(result).to_dict("list"), "checkpoint": result.checkpoint.path,
@@ -343,7 +343,7 @@ READ_BACK = textwrap.dedent(
     import json
     from course_utils.core import storage
     from course_utils.core.history import metric_history
-    result = storage.result_from_run("lesson02-job")  # Result.from_path on the run's folder in storage
+    result = storage.resolve().result("lesson02-job")  # Result.from_path on the run's folder in storage
     print("RESULT " + json.dumps({
         "epochs": metric_history(result)["epoch"].tolist(), "checkpoint": result.checkpoint.path,
         "best": result.get_best_checkpoint("accuracy", "max").path,

@@ -56,7 +56,7 @@ FIT = textwrap.dedent(
     session.start_ray(verbose=False)
     tiny = config.SMOKE.with_(epochs=1, train_size=256, test_size=64, batch_size=64)
     trainer = training.make_trainer(
-        "busy-cluster", tiny, num_workers=2, train_loop=train_loop_per_worker
+        "busy-cluster", tiny, num_workers=2, store=resolve_storage(), train_loop=train_loop_per_worker
     )
     with fit_progress(trainer, total=tiny.epochs):
         started = time.time()

@@ -19,6 +19,7 @@ from course_utils import lesson_code
 from course_utils.core import checkpoints, history, training
 from course_utils.core import storage as runs
 from course_utils.core.config import get_profile
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson04 import faults, resumable
 from maintainer_tools import fits
 
@@ -35,13 +36,12 @@ SETTLE_S = 2.0
 @pytest.fixture(scope="module")
 def shared_storage(tmp_path_factory, ray_session):
     """One COURSE_STORAGE for the module's shared runs; the learner's folder in it (where runs go)."""
-    from course_utils.core.storage import prepare_learner_storage
 
     path = tmp_path_factory.mktemp("ft-storage")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("COURSE_STORAGE", str(path))
         mp.setenv("COURSE_PROFILE", "smoke")
-        yield Path(prepare_learner_storage())
+        yield Path(runs.resolve().prepare())
 
 
 def _profile(epochs: int):
@@ -50,7 +50,9 @@ def _profile(epochs: int):
 
 def _trainer(name: str, profile, **kwargs):
     """``training.make_trainer`` with lesson 04's resumable loop (restores, reports start_epoch, faults)."""
-    return training.make_trainer(name, profile, train_loop=lesson_code.train_loop_resumable, **kwargs)
+    return training.make_trainer(
+        name, profile, store=resolve_storage(), train_loop=lesson_code.train_loop_resumable, **kwargs
+    )
 
 
 def _weights(result) -> dict[str, torch.Tensor]:
@@ -123,7 +125,7 @@ def test_mid_epoch_resume_ends_with_the_uninterrupted_weights(mid_epoch_run, epo
 
 
 def test_crash_while_writing_a_checkpoint_leaves_only_loadable_ones(mid_epoch_run, shared_storage):
-    info = runs.check_run("ft-mid-epoch")  # every checkpoint the snapshot lists exists and loads
+    info = runs.resolve().check_run("ft-mid-epoch")  # every checkpoint the snapshot lists exists and loads
     run_dir = Path(shared_storage) / "ft-mid-epoch"
     partial = list(run_dir.rglob("*.partial"))
     assert info is not None and len(info["checkpoints"]) == 3
@@ -141,12 +143,12 @@ def test_corrupted_run_fails_clearly_instead_of_starting_fresh(epoch_runs, share
     if damage == "truncated snapshot":
         snapshot.write_text(snapshot.read_text()[:200])
     elif damage == "deleted checkpoint":
-        shutil.rmtree(target / runs.check_run("ft-clean")["latest"])
+        shutil.rmtree(target / runs.resolve().check_run("ft-clean")["latest"])
     else:
         snapshot.unlink()
     with pytest.raises(runs.RunCorruptedError) as err:
         training.make_trainer(
-            name, _profile(2), train_loop=lesson_code.train_loop_per_worker
+            name, _profile(2), store=resolve_storage(), train_loop=lesson_code.train_loop_per_worker
         )  # the preflight runs before any worker starts
     assert name in str(err.value) and "reset_run" in str(err.value)
 
@@ -158,7 +160,11 @@ def test_bad_configs_fail_clearly(ray_session, storage):
 
     with pytest.raises(ValueError) as elastic:
         training.make_trainer(
-            "ft-bad", _profile(1), num_workers=(4, 2), train_loop=lesson_code.train_loop_per_worker
+            "ft-bad",
+            _profile(1),
+            num_workers=(4, 2),
+            store=resolve_storage(),
+            train_loop=lesson_code.train_loop_per_worker,
         )
     with pytest.raises(ValueError) as bounds:
         worker_count_bounds((4, 2))
@@ -166,17 +172,22 @@ def test_bad_configs_fail_clearly(ray_session, storage):
         CheckpointConfig(num_to_keep=0)
     with pytest.raises(ValueError) as keep_course:
         training.make_trainer(
-            "ft-bad", _profile(1), num_to_keep=0, train_loop=lesson_code.train_loop_per_worker
+            "ft-bad",
+            _profile(1),
+            num_to_keep=0,
+            store=resolve_storage(),
+            train_loop=lesson_code.train_loop_per_worker,
         )
     with pytest.raises(ValueError) as score:
         training.make_trainer(
             "ft-bad",
             _profile(1),
             score_attribute="val_accuracy",
+            store=resolve_storage(),
             train_loop=lesson_code.train_loop_per_worker,
         )
     assert "min_workers=4 must be <= max_workers=2" in str(elastic.value)  # Ray's ScalingConfig
     assert "1 <= min <= max" in str(bounds.value)  # the course's own check, for raw tuples
     assert "num_to_keep" in str(keep.value) and "num_to_keep" in str(keep_course.value)
     assert "val_accuracy" in str(score.value) and "accuracy" in str(score.value)
-    assert not runs.run_exists("ft-bad")  # nothing started
+    assert not runs.resolve().run_exists("ft-bad")  # nothing started

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from course_utils.core import config, history, plots, training
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.internals import metrics
 from course_utils.lesson_code import train_loop_per_worker
 
@@ -31,7 +32,9 @@ def test_every_alive_node_serves_its_metrics(ray_session):
 def test_a_fit_is_sampled_with_ray_train_metrics(ray_session, storage):
     assert os.environ.get("RAY_TRAIN_METRICS_ENABLED", "1") != "0", "the course keeps Ray Train's metrics on"
     tiny = config.SMOKE.with_(epochs=2, train_size=512, test_size=200, batch_size=64)
-    trainer = training.make_trainer("metrics-live", tiny, num_workers=2, train_loop=train_loop_per_worker)
+    trainer = training.make_trainer(
+        "metrics-live", tiny, num_workers=2, store=resolve_storage(), train_loop=train_loop_per_worker
+    )
     with metrics.sample_metrics(run_name="metrics-live", required=True) as samples:
         result = trainer.fit()
     frame, marks = samples.frame, history.report_times(result)

@@ -9,6 +9,7 @@ from ray.train import ScalingConfig
 from course_utils.core import checkpoints, config, data, session, steps, training
 from course_utils.core import storage as course_storage
 from course_utils.core.history import metric_history
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson_code import train_loop_per_worker
 
 pytestmark = pytest.mark.integration
@@ -27,8 +28,13 @@ def tiny_fit(ray_session, tmp_path_factory):
     learner's folder in storage it wrote to."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COURSE_STORAGE", str(tmp_path_factory.mktemp("storage")))
-        learner = Path(course_storage.prepare_learner_storage())  # as the `storage` fixture returns it
-        yield training.make_trainer("tiny-fit", TINY, train_loop=train_loop_per_worker).fit(), learner
+        learner = Path(course_storage.resolve().prepare())  # as the `storage` fixture returns it
+        yield (
+            training.make_trainer(
+                "tiny-fit", TINY, store=resolve_storage(), train_loop=train_loop_per_worker
+            ).fit(),
+            learner,
+        )
 
 
 def test_two_workers_train_and_checkpoint_loads(tiny_fit):
@@ -56,7 +62,9 @@ def test_the_checkpoint_holds_the_full_history(tiny_fit):
 
 def test_too_many_workers_fail_before_training(ray_session, storage):
     with pytest.raises(session.ResourceError) as info:
-        training.make_trainer("never-runs", TINY, num_workers=8, train_loop=train_loop_per_worker)
+        training.make_trainer(
+            "never-runs", TINY, num_workers=8, store=resolve_storage(), train_loop=train_loop_per_worker
+        )
     assert "8 worker(s)" in str(info.value)
     assert not storage.joinpath("never-runs").exists()
 
@@ -64,7 +72,11 @@ def test_too_many_workers_fail_before_training(ray_session, storage):
 def test_uneven_global_batch_fails_before_training(ray_session, storage):
     with pytest.raises(ValueError) as info:
         training.make_trainer(
-            "never-runs", TINY.with_(batch_size=100), num_workers=3, train_loop=train_loop_per_worker
+            "never-runs",
+            TINY.with_(batch_size=100),
+            num_workers=3,
+            store=resolve_storage(),
+            train_loop=train_loop_per_worker,
         )
     assert "does not split evenly across 3 workers" in str(info.value)
 

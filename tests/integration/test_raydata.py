@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from course_utils.core import batch_format, data
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson03 import raydata
 from course_utils.lesson_code import train_loop_ray_data
 from maintainer_tools import fits
@@ -49,6 +50,8 @@ def test_trainer_rejects_dataset_without_needed_columns(ray_session, storage):
 
     ds = ray.data.from_items([{"pixels": b"\0" * 784, "target": 1}])
     with pytest.raises(batch_format.DatasetColumnsError) as info:
-        raydata.make_ray_data_trainer("lesson03-bad-columns", ds, train_loop=train_loop_ray_data)
+        raydata.make_ray_data_trainer(
+            "lesson03-bad-columns", ds, store=resolve_storage(), train_loop=train_loop_ray_data
+        )
     assert "missing ['image', 'label']" in str(info.value)
     assert not storage.joinpath("lesson03-bad-columns").exists()

@@ -30,20 +30,23 @@ def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
 
 
 def test_s3_cleanup_leaves_a_teammates_run_and_foreign_objects(s3_storage, monkeypatch):
-    fs, shared = course_storage.filesystem_and_root()  # bucket/runs, through COURSE_S3_ENDPOINT
+    store = course_storage.resolve()
+    fs, shared = store.filesystem, store.root_path  # bucket/runs, through COURSE_S3_ENDPOINT
     # A teammate (bob) trained under the same prefix: his folder carries his record.
     monkeypatch.setenv("COURSE_LEARNER", "bob")
-    bob_path, _ = course_storage.ray_storage()
+    bob_path, _ = course_storage.resolve().for_ray()
     _put(fs, f"{bob_path}/lesson02-resnet18/checkpoint_000000/state.pt", b"b" * 300)
-    assert course_storage.run_exists("lesson02-resnet18")  # the first storage call marks bob's folder
+    assert course_storage.resolve().run_exists(
+        "lesson02-resnet18"
+    )  # the first storage call marks bob's folder
     # Things that are nobody's course runs, under the same prefix.
     _put(fs, f"{shared}/notes.txt", b"a foreign object")
     _put(fs, f"{shared}/other-team/model.bin", b"x" * 50)
     # Alice, the learner: a run and a Parquet copy of the digits.
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    alice_path, _ = course_storage.ray_storage()
+    alice_path, _ = course_storage.resolve().for_ray()
     assert alice_path == f"{shared}/course-alice"
-    assert not course_storage.run_exists("lesson02-resnet18")  # bob's run is not alice's
+    assert not course_storage.resolve().run_exists("lesson02-resnet18")  # bob's run is not alice's
     _put(fs, f"{alice_path}/lesson02-resnet18/checkpoint_000000/state.pt", b"a" * 1000)
     images, labels = np.zeros((8, 28, 28), np.uint8), np.arange(8)
     parquet = raydata.write_parquet(images, labels, raydata.default_parquet_path("train", 8), num_files=2)

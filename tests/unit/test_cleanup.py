@@ -19,9 +19,8 @@ from course_utils.core.storage import (
     COURSE_ID,
     OWNER_FILE,
     CleanupRefused,
-    local_output_dir,
-    prepare_learner_storage,
     read_owner,
+    resolve,
 )
 from course_utils.lesson06 import cleanup
 from maintainer_tools.clean_data import clean_data_cli, remove_data_copy
@@ -46,7 +45,7 @@ def course_dirs(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(storage))
     monkeypatch.setenv("COURSE_DATA", str(data_dir))
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    mine = Path(prepare_learner_storage())  # created with its ownership record
+    mine = Path(resolve().prepare())  # created with its ownership record
     run = mine / "lesson02-resnet18" / "checkpoint_000001"
     run.mkdir(parents=True)
     (run / "state.pt").write_bytes(b"x" * 1000)
@@ -165,7 +164,7 @@ def test_a_learner_folder_that_is_a_symlink_is_refused(tmp_path, monkeypatch):
     with pytest.raises(CleanupRefused):
         cleanup.clean_storage()
     with pytest.raises(config.CourseConfigError) as info:
-        prepare_learner_storage()
+        resolve().prepare()
     assert "symlink" in str(info.value)
     assert (elsewhere / "precious.txt").read_text() == "keep"
     assert not (elsewhere / OWNER_FILE).exists()
@@ -263,7 +262,7 @@ def test_storage_set_to_a_busy_folder_loses_only_the_course_folder(tmp_path, mon
     else:
         monkeypatch.setenv("COURSE_STORAGE", str(busy))
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    out = local_output_dir("lesson01-baseline")
+    out = resolve().local_output_dir("lesson01-baseline")
     (out / "metrics.csv").write_text("epoch,loss\n")
     assert out.parent == busy.resolve() / "course-alice"
 

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from course_utils.core import compare
+from course_utils.core import compare, history, storage
 
 
 def _history(*rates):
@@ -11,7 +11,7 @@ def _history(*rates):
 
 def test_two_cpu_workers_slower_than_lesson_01_say_why():
     lines = compare.against_lesson01(
-        _history(100, 380, 400), workers=2, use_gpu=False, baseline=_history(300, 640, 660), cores=2
+        _history(100, 380, 400), None, workers=2, use_gpu=False, baseline=_history(300, 640, 660), cores=2
     )
     assert lines[0] == (
         "Lesson 01's plain PyTorch trained 650 images/s in one process; this run trained 390 images/s "
@@ -21,25 +21,31 @@ def test_two_cpu_workers_slower_than_lesson_01_say_why():
 
 
 def test_two_cpu_workers_level_with_lesson_01_say_why():
-    lines = compare.against_lesson01(_history(125), workers=2, use_gpu=False, baseline=_history(123), cores=2)
+    lines = compare.against_lesson01(
+        _history(125), None, workers=2, use_gpu=False, baseline=_history(123), cores=2
+    )
     assert "1.02x" in lines[0] and lines[1].startswith("Why it is not faster here")
 
 
 def test_a_run_that_came_out_ahead_is_not_explained_away():
-    lines = compare.against_lesson01(_history(700), workers=2, use_gpu=False, baseline=_history(650), cores=8)
+    lines = compare.against_lesson01(
+        _history(700), None, workers=2, use_gpu=False, baseline=_history(650), cores=8
+    )
     assert len(lines) == 1 and "1.08x" in lines[0]
 
 
 def test_gpu_workers_are_said_to_bring_their_own_gpus():
     lines = compare.against_lesson01(
-        _history(5000, 9000), workers=2, use_gpu=True, baseline=_history(4000, 4700)
+        _history(5000, 9000), None, workers=2, use_gpu=True, baseline=_history(4000, 4700)
     )
     assert "1.91x" in lines[0] and lines[1].startswith("Each of the 2 worker(s) has a GPU of its own")
 
 
 def test_without_lesson_01_the_run_says_how_to_compare(tmp_path):
     assert compare.lesson01_history(tmp_path) is None
-    lines = compare.against_lesson01(_history(300, 390), workers=2, use_gpu=False, baseline=pd.DataFrame())
+    lines = compare.against_lesson01(
+        _history(300, 390), None, workers=2, use_gpu=False, baseline=pd.DataFrame()
+    )
     assert lines == [
         "This run trained 390 images/s (all workers together). Run lesson 01 on this machine to see it "
         "beside plain PyTorch."
@@ -50,7 +56,7 @@ def test_without_lesson_01_the_run_says_how_to_compare(tmp_path):
 
 def test_looking_for_lesson_01_creates_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "storage"))
-    assert compare.lesson01_history() is None
+    assert compare.lesson01_history(storage.resolve()) is None
     assert not (tmp_path / "storage").exists(), "reading lesson 01's metrics must not create folders"
 
 
@@ -79,11 +85,10 @@ def test_a_clear_difference_is_not_explained_away_and_no_run_says_how():
 def test_lesson_02s_run_is_read_from_the_learners_storage(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "storage"))
     monkeypatch.setenv("COURSE_LEARNER", "tester")
-    assert compare.lesson02_history() is None
-    from course_utils.core import history, storage
+    assert compare.lesson02_history(storage.resolve()) is None
 
-    fs, folder = history.run_folder(*storage.ray_storage(), storage.LESSON02_RUN)
+    fs, folder = history.run_folder(*storage.resolve().for_ray(), storage.LESSON02_RUN)
     fs.create_dir(folder, recursive=True)
     with fs.open_output_stream(f"{folder}/{history.REPORT_LOG}") as stream:
         stream.write(b'[{"epoch": 0, "images_per_s": 290.0, "world_size": 2}]')
-    assert compare.lesson02_history()["images_per_s"].tolist() == [290.0]
+    assert compare.lesson02_history(storage.resolve())["images_per_s"].tolist() == [290.0]

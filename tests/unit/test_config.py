@@ -47,7 +47,7 @@ def test_getters_create_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(target))
     monkeypatch.setenv("COURSE_DATA", str(tmp_path / "d"))
     assert config.storage_root() == str(target.resolve())
-    assert config.learner_storage_root() == str(target.resolve() / config.learner_folder())
+    assert storage.resolve().mine == str(target.resolve() / config.learner_folder())
     assert config.data_root() == (tmp_path / "d").resolve()
     assert list(tmp_path.iterdir()) == []
 
@@ -55,8 +55,8 @@ def test_getters_create_nothing(tmp_path, monkeypatch):
 def test_preparing_storage_creates_the_learners_folder(tmp_path, monkeypatch):
     target = tmp_path / "a" / "b"
     monkeypatch.setenv("COURSE_STORAGE", str(target))
-    mine = storage.prepare_learner_storage()
-    assert mine == config.learner_storage_root()
+    mine = storage.resolve().prepare()
+    assert mine == storage.resolve().mine
     assert (Path(mine) / storage.OWNER_FILE).is_file()
     assert sorted(p.name for p in target.iterdir()) == [config.learner_folder()]  # no probe left behind
 
@@ -70,7 +70,7 @@ def test_storage_root_keeps_uris(monkeypatch):
 def test_unwritable_storage_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", "/proc/course-storage")  # unwritable even for root
     with pytest.raises(config.CourseConfigError) as info:
-        storage.prepare_learner_storage()
+        storage.resolve().prepare()
     message = str(info.value)
     assert (
         "COURSE_STORAGE" in message
@@ -86,11 +86,11 @@ def test_data_root_from_env(tmp_path, monkeypatch):
 
 def test_local_output_dir_local_and_remote(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "s"))
-    out = storage.local_output_dir("x")
+    out = storage.resolve().local_output_dir("x")
     assert out == (tmp_path / "s" / config.learner_folder() / "x").resolve() and out.is_dir()
     monkeypatch.setenv("COURSE_STORAGE", "s3://b/p")
     monkeypatch.setattr(storage, "build_root", lambda: tmp_path / "build")
-    assert storage.local_output_dir("x") == tmp_path / "build" / config.learner_folder() / "x"
+    assert storage.resolve().local_output_dir("x") == tmp_path / "build" / config.learner_folder() / "x"
     # two learners on one checkout (a workshop machine) never share a local output folder
     monkeypatch.setenv("COURSE_LEARNER", "someone-else")
-    assert storage.local_output_dir("x") == tmp_path / "build" / "course-someone-else" / "x"
+    assert storage.resolve().local_output_dir("x") == tmp_path / "build" / "course-someone-else" / "x"

@@ -146,10 +146,10 @@ def _fake_run(root, name="run", epochs=2):
 
 def test_check_run_accepts_a_whole_run_and_a_missing_one(storage):
     run, names = _fake_run(storage)
-    info = runs.check_run("run")
+    info = runs.resolve().check_run("run")
     assert info["latest"] == names[-1]
     assert info["latest_metrics"] == {"epoch": 1}
-    assert runs.check_run("never-trained") is None
+    assert runs.resolve().check_run("never-trained") is None
 
 
 @pytest.mark.parametrize(
@@ -168,7 +168,7 @@ def test_check_run_names_the_damage(storage, damage):
     else:
         (run / runs.SNAPSHOT_FILE).unlink()
     with pytest.raises(runs.RunCorruptedError) as err:
-        runs.check_run("run")
+        runs.resolve().check_run("run")
     message = str(err.value)
     assert "reset_run('run')" in message
     expected = {

@@ -62,18 +62,20 @@ def test_learner_has_no_side_effects(tmp_path, monkeypatch):
 def test_runs_go_into_the_learners_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "s"))
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    path, fs = storage.ray_storage()
+    path, fs = storage.resolve().for_ray()
     assert path == str((tmp_path / "s" / "course-alice").resolve()) and fs is None
-    assert storage.run_path("r") == f"{path}/r"
+    assert storage.resolve().run_path("r") == f"{path}/r"
     record = json.loads((tmp_path / "s" / "course-alice" / storage.OWNER_FILE).read_text())
     assert record["course"] == storage.COURSE_ID and record["learner"] == "alice"
     assert record["kind"] == "learner folder"
     monkeypatch.setenv("COURSE_LEARNER", "bob")
-    assert storage.ray_storage()[0] == str((tmp_path / "s" / "course-bob").resolve())
+    assert storage.resolve().for_ray()[0] == str((tmp_path / "s" / "course-bob").resolve())
     monkeypatch.setenv("COURSE_STORAGE", "s3://bucket/shared")
     monkeypatch.setenv("COURSE_S3_ENDPOINT", "http://127.0.0.1:9")  # never contacted
-    assert storage.ray_storage()[0] == "bucket/shared/course-bob"  # no storage call: nothing written yet
-    assert config.learner_storage_root() == "s3://bucket/shared/course-bob"
+    assert (
+        storage.resolve().for_ray()[0] == "bucket/shared/course-bob"
+    )  # no storage call: nothing written yet
+    assert storage.resolve().mine == "s3://bucket/shared/course-bob"
 
 
 def test_ownership_records(tmp_path, monkeypatch):

@@ -14,6 +14,7 @@ from PIL import Image
 from course_utils import lesson_code
 from course_utils.core import batch_format, checkpoints, config, data, steps, training
 from course_utils.core.storage import CleanupRefused, read_owner
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson03 import raydata
 from maintainer_tools import fits
 from maintainer_tools.bench.ingest import DigitsDataset
@@ -244,7 +245,11 @@ def test_make_trainer_defaults_the_shuffle_buffer(monkeypatch):
             return schema
 
     raydata.make_ray_data_trainer(
-        "lesson03-unit", Dataset(), config.SMOKE, train_loop=lesson_code.train_loop_ray_data
+        "lesson03-unit",
+        Dataset(),
+        config.SMOKE,
+        store=resolve_storage(),
+        train_loop=lesson_code.train_loop_ray_data,
     )
     assert seen["train_loop"] is lesson_code.train_loop_ray_data
     assert seen["shuffle_buffer"] == raydata.SHUFFLE_BUFFER

@@ -1,4 +1,4 @@
-"""COURSE_STORAGE=s3://... through storage.ray_storage, against a real S3-API server on loopback."""
+"""COURSE_STORAGE=s3://... through storage.resolve().for_ray(), against a real S3-API server on loopback."""
 
 import pyarrow.fs as pafs
 import pytest
@@ -8,7 +8,7 @@ from course_utils.core import storage as st
 
 
 def test_local_storage_is_a_plain_path(storage):
-    path, fs = st.ray_storage()
+    path, fs = st.resolve().for_ray()
     assert path == str(storage.resolve()) and fs is None
 
 
@@ -17,7 +17,7 @@ def test_s3_uri_with_endpoint_gives_bucket_path_and_s3_filesystem(monkeypatch):
     monkeypatch.setenv("COURSE_S3_ENDPOINT", "http://127.0.0.1:9000/")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
-    path, fs = st.ray_storage()
+    path, fs = st.resolve().for_ray()
     assert path == f"my-bucket/course/{config.learner_folder()}"
     assert isinstance(fs, pafs.S3FileSystem)
     settings = fs.__reduce__()[1][0]  # what travels to the workers with the filesystem
@@ -30,7 +30,7 @@ def test_bad_endpoint_names_the_variable(monkeypatch, endpoint):
     monkeypatch.setenv("COURSE_STORAGE", "s3://b/p")
     monkeypatch.setenv("COURSE_S3_ENDPOINT", endpoint)
     with pytest.raises(config.CourseConfigError) as info:
-        st.ray_storage()
+        st.resolve().for_ray()
     assert "COURSE_S3_ENDPOINT" in str(info.value) and "http://127.0.0.1:9000" in str(info.value)
 
 
@@ -38,28 +38,28 @@ def test_s3_uri_without_bucket_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", "s3://")
     monkeypatch.setenv("COURSE_S3_ENDPOINT", "http://127.0.0.1:9000")
     with pytest.raises(config.CourseConfigError) as info:
-        st.ray_storage()
+        st.resolve().for_ray()
     assert "names no bucket" in str(info.value)
 
 
 def test_run_helpers_work_in_s3(s3_storage):
-    path, fs = st.ray_storage()
+    path, fs = st.resolve().for_ray()
     fs.create_dir(f"{path}/mine/checkpoint_000000")
     with fs.open_output_stream(f"{path}/mine/checkpoint_000000/state.pt") as f:
         f.write(b"x")
     with fs.open_output_stream(f"{path}/other/marker") as f:
         f.write(b"x")
-    assert st.run_exists("mine") and not st.run_exists("nothing-here")
+    assert st.resolve().run_exists("mine") and not st.resolve().run_exists("nothing-here")
     with pytest.raises(st.RunCorruptedError, match="no checkpoint_manager_snapshot.json"):
-        st.check_run("mine")
-    deleted = st.reset_run("mine")
-    assert deleted and not st.run_exists("mine") and st.run_exists("other")
+        st.resolve().check_run("mine")
+    deleted = st.resolve().reset_run("mine")
+    assert deleted and not st.resolve().run_exists("mine") and st.resolve().run_exists("other")
 
 
 def test_missing_bucket_is_a_clear_error(s3_storage, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", "s3://no-such-bucket-here/runs")
     with pytest.raises(config.CourseConfigError) as info:
-        st.run_exists("anything")
+        st.resolve().run_exists("anything")
     assert "no-such-bucket-here" in str(info.value) and "COURSE_S3_ENDPOINT" in str(info.value)
 
 
@@ -74,5 +74,5 @@ def test_unreachable_endpoint_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     with pytest.raises(config.CourseConfigError) as info:
-        st.run_exists("anything")
+        st.resolve().run_exists("anything")
     assert "Cannot read COURSE_STORAGE='s3://bucket/runs'" in str(info.value)
