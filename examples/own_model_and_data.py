@@ -22,7 +22,7 @@ from ray.train.torch import TorchTrainer
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, random_split
 
-from course_utils.core import session, storage
+from course_utils.core import session
 
 RUN_NAME = "own-model-and-data"
 
@@ -85,9 +85,9 @@ def train_loop_per_worker(config: dict) -> None:
 
 
 def main() -> None:
-    session.start_ray()
-    storage.resolve().reset_run(RUN_NAME)  # an earlier run of this example: start fresh, not resumed
-    storage_path, storage_filesystem = storage.resolve().for_ray()
+    store = session.start_ray().storage  # COURSE_STORAGE, read once
+    store.reset_run(RUN_NAME)  # an earlier run of this example: start fresh, not resumed
+    storage_path, storage_filesystem = store.for_ray()
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config={"batch_size": 64, "lr": 1e-3, "epochs": 10},

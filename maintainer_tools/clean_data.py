@@ -7,6 +7,7 @@ through ``course_utils.lesson06.cleanup.remove_path``, so only the course's own 
 
 from __future__ import annotations
 
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson06.cleanup import CleanupReport, Removed, offline_data_copy, remove_path
 
 
@@ -20,7 +21,7 @@ def remove_data_copy(dry_run: bool = False) -> list[Removed]:
     if copy is None:
         return []
     with FileLock(str(copy.parent / ".mnist.lock")):
-        return [remove_path(copy, dry_run)]
+        return [remove_path(copy, resolve_storage(), dry_run)]
 
 
 def clean_data_cli(argv: list[str] | None = None) -> int:

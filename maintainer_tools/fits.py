@@ -57,7 +57,7 @@ def preprocess(ds, *, fast: bool = True):
 
 def training_dataset(path: str | Path):
     """What the lesson hands to ``TorchTrainer(datasets={"train": ...})``: read + fast transform."""
-    return preprocess(read_digits(path, shuffle_files=True))
+    return preprocess(read_digits(path, shuffle_files=True, store=resolve_storage()))
 
 
 def evaluate_checkpoint(checkpoint: Any, profile: Profile | None = None) -> dict[str, float]:

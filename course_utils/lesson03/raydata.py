@@ -26,6 +26,7 @@ from course_utils.core import data, steps, storage, training
 from course_utils.core.batch_format import IMAGE, LABEL, check_columns
 from course_utils.core.config import Profile, get_profile
 from course_utils.core.progress import progress_bar
+from course_utils.core.storage import Storage
 
 SIDE = 28
 PIXELS = SIDE * SIDE
@@ -44,37 +45,38 @@ PARQUET_OPTIONS = {"compression": "none", "use_dictionary": False, "write_statis
 BENCH_FILES = 2
 
 
-def read_blocks(path: str | Path) -> int:
+def read_blocks(path: str | Path, *, store: Storage) -> int:
     """``override_num_blocks`` for ``read_parquet`` over course Parquet: one block per file, so a
     ``map_batches(batch_size=None)`` runs fused inside each file's read task. Without it Ray Data
     splits each file into more blocks and does not fuse."""
-    return max(1, len(parquet_files(path)))
+    return max(1, len(parquet_files(path, store=store)))
 
 
 # --------------------------------------------------------------------------- Parquet export
 
 
-def location(path: str | Path) -> tuple[pafs.FileSystem, str]:
+def location(path: str | Path, *, store: Storage) -> tuple[pafs.FileSystem, str]:
     """``(filesystem, path inside it)`` of Parquet data, for ``read_parquet(path, filesystem=fs)``.
-    A path under an ``s3://`` course storage goes through its ``Storage.filesystem``, so
+    A path under an ``s3://`` course storage (``store``) goes through its ``Storage.filesystem``, so
     ``COURSE_S3_ENDPOINT`` applies (a bare ``read_parquet("s3://...")`` would ask AWS instead)."""
     path = str(path)
     if "://" not in path:
         return pafs.LocalFileSystem(), str(Path(path).resolve())
-    store = storage.resolve()
     if path == store.root or path.startswith(store.root + "/"):
         return store.filesystem, store.root_path.rstrip("/") + path[len(store.root) :]
     return pafs.FileSystem.from_uri(path)
 
 
-def default_parquet_path(split: str = "train", rows: int | None = None) -> str:
+def default_parquet_path(split: str = "train", rows: int | None = None, *, store: Storage) -> str:
     """Where the course keeps a Parquet copy of a split: in this learner's folder of the course
     storage, which every node of a cluster can read (a shared mount or ``s3://``)."""
     suffix = f"-{rows}" if rows is not None else ""
-    return f"{storage.resolve().mine}/datasets/mnist-{split}{suffix}.parquet"
+    return f"{store.mine}/datasets/mnist-{split}{suffix}.parquet"
 
 
-def write_parquet(images: np.ndarray, labels: np.ndarray, path: str | Path, num_files: int = 4) -> str:
+def write_parquet(
+    images: np.ndarray, labels: np.ndarray, path: str | Path, num_files: int = 4, *, store: Storage
+) -> str:
     """Write uint8 digits ``[N, 28, 28]`` and labels ``[N]`` as ``num_files`` Parquet files; returns ``path``.
 
     Several files let Ray Data read in parallel; few large ones keep its per-task overhead low. A
@@ -87,10 +89,9 @@ def write_parquet(images: np.ndarray, labels: np.ndarray, path: str | Path, num_
     if len(labels) != len(images):
         raise ValueError(f"{len(images)} images but {len(labels)} labels.")
     path = str(path)
-    fs, root = location(path)
+    fs, root = location(path, store=store)
     _clear_own_folder(fs, root, path)
     storage.write_owner(fs, root, "parquet")  # creates the folder
-    store = storage.resolve()
     if path.startswith(store.mine + "/"):
         store.learner_filesystem()  # marks the learner's folder as the course's too
     for i, table in enumerate(_digit_tables(images, labels, num_files)):
@@ -151,9 +152,11 @@ def export_mnist_parquet(
     data_root: str | Path | None = None,
     seed: int = 0,
     num_files: int = 4,
+    store: Storage,
 ) -> str:
     """Write the course's MNIST ``split`` (``size`` digits, as ``course_datasets`` picks them)
-    to Parquet, ``replicate`` times over (benchmarks want full-MNIST-sized data). Returns the path."""
+    to Parquet, ``replicate`` times over (benchmarks want full-MNIST-sized data), by default in this
+    learner's folder of ``store``. Returns the path."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}.")
     if replicate < 1:
@@ -161,13 +164,13 @@ def export_mnist_parquet(
     images, labels = data.raw_arrays(split == "train", size, data_root, seed)
     if replicate > 1:
         images, labels = np.tile(images, (replicate, 1, 1)), np.tile(labels, replicate)
-    path = str(path) if path is not None else default_parquet_path(split, len(labels))
-    return write_parquet(images, labels, path, num_files=num_files)
+    path = str(path) if path is not None else default_parquet_path(split, len(labels), store=store)
+    return write_parquet(images, labels, path, num_files=num_files, store=store)
 
 
-def parquet_files(path: str | Path) -> list[tuple[str, int]]:
+def parquet_files(path: str | Path, *, store: Storage) -> list[tuple[str, int]]:
     """(file name, size in bytes) of each Parquet file under ``path`` (local or ``s3://``)."""
-    fs, root = location(str(path))
+    fs, root = location(str(path), store=store)
     infos = fs.get_file_info(pafs.FileSelector(root))
     return sorted((i.base_name, i.size) for i in infos if i.base_name.endswith(".parquet"))
 
@@ -175,13 +178,13 @@ def parquet_files(path: str | Path) -> list[tuple[str, int]]:
 # --------------------------------------------------------------------------- Ray Dataset
 
 
-def read_digits(path: str | Path, *, shuffle_files: bool = False):
+def read_digits(path: str | Path, *, store: Storage, shuffle_files: bool = False):
     """``ray.data.read_parquet`` over course digits, after checking the path and the columns, so a
     wrong path or file fails here, in words, not later inside a read task."""
     import ray.data
 
     path = str(path)
-    fs, root = location(path)
+    fs, root = location(path, store=store)
     if fs.get_file_info(root).type == pafs.FileType.NotFound:
         raise FileNotFoundError(
             f"No Parquet data at {path}. Write it first with course_utils.lesson03.raydata.export_mnist_parquet()."
@@ -189,7 +192,10 @@ def read_digits(path: str | Path, *, shuffle_files: bool = False):
     # The schema from the Parquet footers (no Ray task, no data read): a wrong file fails now.
     check_columns(pq.ParquetDataset(root, filesystem=fs).schema, what=f"Parquet data at {path}")
     return ray.data.read_parquet(
-        root, filesystem=fs, shuffle="files" if shuffle_files else None, override_num_blocks=read_blocks(path)
+        root,
+        filesystem=fs,
+        shuffle="files" if shuffle_files else None,
+        override_num_blocks=read_blocks(path, store=store),
     )
 
 

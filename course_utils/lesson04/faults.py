@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import pyarrow.fs as pafs
 
-from course_utils.core import storage
+from course_utils.core.storage import Storage
 from course_utils.internals.dashboard import alive_actors
 
 HOWS = ("raise", "kill", "external")
@@ -44,8 +44,8 @@ class Markers:
     """A folder of fault markers in this learner's course storage, which every node sees: a fault that
     fired on one machine stays fired when the rank restarts on another; ``markers / "name"``: a ``_Marker``."""
 
-    def __init__(self, name: str):
-        self.filesystem, root = storage.resolve().learner_filesystem()
+    def __init__(self, store: Storage, name: str):
+        self.filesystem, root = store.learner_filesystem()
         self.path = f"{root.rstrip('/')}/{name}"
 
     def __truediv__(self, name: str) -> _Marker:

@@ -29,7 +29,7 @@ from course_utils.core.checkpoints import training_state, write_checkpoint_dir
 from course_utils.core.config import ACTOR_PREFIX, get_profile
 from course_utils.core.model import build_resnet18
 from course_utils.core.session import ResourceError
-from course_utils.core.storage import LESSON02_RUN, Storage, resolve
+from course_utils.core.storage import LESSON02_RUN, Storage
 from course_utils.core.training import make_trainer
 
 NUM_CLASSES = 10
@@ -258,22 +258,21 @@ def train_if_missing(store: Storage, run_name: str, train_loop: Callable) -> Non
     print(f"Trained run {run_name!r} in {time.perf_counter() - started:.0f} s.")
 
 
-def placeholder_checkpoint(directory: str | Path | None = None) -> Path:
-    """A checkpoint dir holding an untrained ResNet-18, for speed tests; by default in the course
-    storage (``Storage.local_output_dir``), where lesson 06 removes it."""
+def placeholder_checkpoint(store: Storage, directory: str | Path | None = None) -> Path:
+    """A checkpoint dir holding an untrained ResNet-18, for speed tests; by default in ``store``'s
+    local outputs (``Storage.local_output_dir``), where lesson 06 removes it."""
 
     torch.manual_seed(0)
-    directory = directory or resolve().local_output_dir("untrained-resnet18")
+    directory = directory or store.local_output_dir("untrained-resnet18")
     return write_checkpoint_dir(training_state(build_resnet18(), None, 0, []), directory)
 
 
-def available_checkpoint(run_name: str | None = None) -> tuple[Any, str]:
-    """(checkpoint, description): lesson 02's best when it exists, else an untrained model (speed does
+def available_checkpoint(store: Storage, run_name: str | None = None) -> tuple[Any, str]:
+    """(checkpoint, description): lesson 02's best in ``store`` when it exists, else an untrained model (speed does
     not depend on the weights, so the benchmark and the cleanup demo never train for one)."""
     import ray.train
 
     run_name = run_name or LESSON02_RUN
-    store = resolve()
     if store.run_exists(run_name):
         try:
             best = store.result(run_name).get_best_checkpoint("accuracy", "max")
@@ -281,5 +280,5 @@ def available_checkpoint(run_name: str | None = None) -> tuple[Any, str]:
                 return best, f"best checkpoint of {run_name}"
         except RuntimeError:
             pass
-    placeholder = ray.train.Checkpoint.from_directory(str(placeholder_checkpoint()))
+    placeholder = ray.train.Checkpoint.from_directory(str(placeholder_checkpoint(store)))
     return placeholder, "untrained ResNet-18 (speed does not depend on the weights)"

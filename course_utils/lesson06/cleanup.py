@@ -30,7 +30,7 @@ from course_utils.core.config import ACTOR_PREFIX, build_root, data_root, learne
 from course_utils.core.data import OFFLINE_MARKER
 
 # CleanupRefused is storage's (raydata.write_parquet raises it too).
-from course_utils.core.storage import OWNER_FILE, CleanupRefused, refuse_unless_mine, resolve
+from course_utils.core.storage import OWNER_FILE, CleanupRefused, Storage, refuse_unless_mine
 from course_utils.internals.dashboard import alive_actors
 
 
@@ -94,18 +94,17 @@ def offline_data_copy() -> Path | None:
     return copy
 
 
-def _learner_storage_dir() -> Path | None:
+def _learner_storage_dir(store: Storage) -> Path | None:
     """This learner's local storage folder (``<COURSE_STORAGE>/course-<learner>``) without creating
     it; None for remote storage."""
-    store = resolve()
     return None if store.remote else Path(store.mine)
 
 
-def _allowed_roots() -> dict[str, Path]:
+def _allowed_roots(store: Storage) -> dict[str, Path]:
     """Local folders whose contents cleanup may delete: the learner's storage folder (local, not a
     symlink), build, data copy."""
     roots: dict[str, Path] = {}
-    mine = _learner_storage_dir()
+    mine = _learner_storage_dir(store)
     if mine is not None and not mine.is_symlink():
         roots["storage"] = mine.resolve()
     roots["build"] = build_root().resolve()
@@ -119,14 +118,15 @@ def _inside(path: Path, root: Path) -> bool:
     return path != root and path.is_relative_to(root)
 
 
-def check_deletable(path: str | Path) -> tuple[Path, str]:
+def check_deletable(path: str | Path, store: Storage) -> tuple[Path, str]:
     """(absolute path, kind) when ``path`` may be deleted; raises ``CleanupRefused`` otherwise.
+    The course's folders are this learner's in ``store``, the build folder and the MNIST copy.
 
     The path must lie strictly inside an allowed root both as written and with symlinks
     resolved, and no symlink under it may lead out of the course's folders.
     """
     lexical = Path(os.path.abspath(Path(path).expanduser()))  # '..' folded, links kept
-    roots = _allowed_roots()
+    roots = _allowed_roots(store)
     resolved = lexical.resolve()
 
     def kind_of(p: Path) -> str | None:
@@ -173,9 +173,9 @@ def disk_usage(path: str | Path) -> int:
     return total
 
 
-def remove_path(path: str | Path, dry_run: bool = False) -> Removed:
+def remove_path(path: str | Path, store: Storage, dry_run: bool = False) -> Removed:
     """Delete one file, symlink or folder the course made (after ``check_deletable``)."""
-    target, kind = check_deletable(path)
+    target, kind = check_deletable(path, store)
     if not target.exists() and not target.is_symlink():
         raise FileNotFoundError(f"Nothing to delete at {target}.")
     size = disk_usage(target)
@@ -194,24 +194,22 @@ def _probe(name: str) -> bool:
     return name.startswith(".write-test-")  # config's write check, mid-flight
 
 
-def storage_entries() -> list[str]:
-    """This learner's entries in the course storage: run directories, fault markers, outputs,
-    Parquet copies (not the folder's ownership record). Creates nothing."""
-    store = resolve()
+def storage_entries(store: Storage) -> list[str]:
+    """This learner's entries in ``store``: run directories, fault markers, outputs, Parquet copies
+    (not the folder's ownership record). Creates nothing."""
     if store.remote:
         fs, root = store.learner_filesystem(claim=False)
         infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
         return sorted(f"{store.mine}/{i.base_name}" for i in infos if i.base_name != OWNER_FILE)
-    mine = _learner_storage_dir()
+    mine = _learner_storage_dir(store)
     if not mine.is_dir():
         return []
     return sorted(str(p) for p in mine.iterdir() if p.name != OWNER_FILE and not _probe(p.name))
 
 
-def storage_left_alone() -> list[str]:
-    """Everything else at the top of ``COURSE_STORAGE`` (teammates' folders, foreign files), which
-    cleanup never touches; lesson 06 lists them."""
-    store = resolve()
+def storage_left_alone(store: Storage) -> list[str]:
+    """Everything else at the top of ``store`` (teammates' folders, foreign files), which cleanup
+    never touches; lesson 06 lists them."""
     if store.remote:
         infos = store.filesystem.get_file_info(pafs.FileSelector(store.root_path, allow_not_found=True))
         names = [i.base_name for i in infos]
@@ -220,8 +218,7 @@ def storage_left_alone() -> list[str]:
     return sorted(f"{store.root}/{n}" for n in names if n != store.folder and not _probe(n))
 
 
-def _remove_remote(uri: str, dry_run: bool) -> Removed:
-    store = resolve()
+def _remove_remote(uri: str, store: Storage, dry_run: bool) -> Removed:
     mine = store.mine
     name = uri[len(mine) + 1 :] if uri.startswith(mine + "/") else ""
     if not name or "/" in name.rstrip("/") or name in (".", "..", OWNER_FILE):
@@ -241,27 +238,26 @@ def _remove_remote(uri: str, dry_run: bool) -> Removed:
     return Removed(uri, "storage", size)
 
 
-def clean_storage(dry_run: bool = False) -> list[Removed]:
-    """Empty this learner's folder ``<COURSE_STORAGE>/course-<learner>`` (local or ``s3://``), only
-    when it carries the course's record for this learner; the folder and record stay. Every entry is
-    checked before any is deleted, so a refusal leaves everything in place."""
-    store = resolve()
-    entries = storage_entries()
+def clean_storage(store: Storage, dry_run: bool = False) -> list[Removed]:
+    """Empty this learner's folder in ``store``, ``<COURSE_STORAGE>/course-<learner>`` (local or
+    ``s3://``), only when it carries the course's record for this learner; the folder and record stay.
+    Every entry is checked before any is deleted, so a refusal leaves everything in place."""
+    entries = storage_entries(store)
     if not entries:
         return []
     if store.remote:
         fs, root = store.learner_filesystem(claim=False)
         refuse_unless_mine(fs, root, store.mine, "empty")
-        return [_remove_remote(uri, dry_run) for uri in entries]
-    mine = _learner_storage_dir()
+        return [_remove_remote(uri, store, dry_run) for uri in entries]
+    mine = _learner_storage_dir(store)
     if mine.is_symlink():
         raise CleanupRefused(
             f"Refusing to empty {mine}: it is a symlink to {mine.resolve()}, not the course's folder."
         )
     refuse_unless_mine(pafs.LocalFileSystem(), str(mine), str(mine), "empty")
     for entry in entries:
-        check_deletable(entry)
-    return [remove_path(entry, dry_run) for entry in entries]
+        check_deletable(entry, store)
+    return [remove_path(entry, store, dry_run) for entry in entries]
 
 
 def data_copy_note() -> str:

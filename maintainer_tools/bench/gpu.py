@@ -38,6 +38,7 @@ from course_utils.core import data, device, steps, training
 from course_utils.core.compare import steady
 from course_utils.core.config import SMOKE, Profile
 from course_utils.core.model import build_resnet18
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.internals.periodic import every
 from course_utils.lesson03 import raydata
 from maintainer_tools import fits
@@ -169,7 +170,12 @@ def ray_fit(
     loop = train_loop_per_worker
     if ray_data:
         parquet = raydata.export_mnist_parquet(
-            "train", None, path=storage / f"{name}-parquet", data_root=root, num_files=8
+            "train",
+            None,
+            path=storage / f"{name}-parquet",
+            data_root=root,
+            num_files=8,
+            store=resolve_storage(),
         )
         datasets, loop = {"train": fits.training_dataset(parquet)}, train_loop_ray_data
     TorchTrainer(

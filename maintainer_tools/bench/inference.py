@@ -18,6 +18,7 @@ import numpy as np
 import ray
 
 from course_utils.core import data, session
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson05.inference import available_checkpoint
 from course_utils.lesson05.inference_timing import (
     BatchTiming,
@@ -60,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> Throughput:
     data.ensure_mnist(verbose=False)
     if not ray.is_initialized():  # the dashboard costs CPU on a small machine: only when --parts needs it
         session.start_ray(verbose=False, include_dashboard=args.parts)
-    checkpoint, described = available_checkpoint()
+    checkpoint, described = available_checkpoint(store=resolve_storage())
     images, _ = data.raw_arrays(train=False)
     print(f"checkpoint: {described}")
     # The cluster's first pipeline: it also starts Ray Data's service actors.

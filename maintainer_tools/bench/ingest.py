@@ -19,6 +19,7 @@ import ray.data
 import torch
 
 from course_utils.core import data, session
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson03 import raydata
 from maintainer_tools import fits
 
@@ -42,7 +43,7 @@ class DigitsDataset(torch.utils.data.Dataset):
 def ingest_pipelines(path: str | Path, loader_rows: tuple[np.ndarray, np.ndarray] | None = None):
     """The pipelines the bench compares, over the same Parquet digits: per-row PIL ``map``,
     vectorised ``map_batches``, the bare read (the floor), and (given the raw arrays) a torch DataLoader."""
-    ds = raydata.read_digits(path)
+    ds = raydata.read_digits(path, store=resolve_storage())
     pipelines: dict[str, Any] = {
         "per_row_map_pil": fits.preprocess(ds, fast=False),
         "vectorised_map_batches": fits.preprocess(ds, fast=True),
@@ -87,9 +88,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     session.start_ray(verbose=False, include_dashboard=False)  # a bench needs no dashboard: ≈ 15 s less
     fits.configure_data_context()
     # In the course storage, not /tmp: on a cluster every node must read the files.
-    path = raydata.default_parquet_path("ingest-bench", args.rows)
+    path = raydata.default_parquet_path("ingest-bench", args.rows, store=resolve_storage())
     try:
-        raydata.write_parquet(images, labels, path, num_files=args.files)
+        raydata.write_parquet(images, labels, path, num_files=args.files, store=resolve_storage())
         pipelines = ingest_pipelines(path, (images, labels))
         table = raydata.measure_ingest(pipelines, rounds=args.rounds, progress=False)
         shuffles = raydata.measure_ingest(
@@ -98,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             progress=False,
         )
     finally:
-        fs, root = raydata.location(path)
+        fs, root = raydata.location(path, store=resolve_storage())
         if fs.get_file_info(root).type != pafs.FileType.NotFound:
             fs.delete_dir(root)
         if started_here:

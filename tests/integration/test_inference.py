@@ -8,6 +8,7 @@ import pytest
 from course_utils.core import batch_format, data
 from course_utils.core.checkpoints import load_model
 from course_utils.core.model import predict
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson05 import inference, inference_timing
 from course_utils.lesson06 import cleanup
 from course_utils.lesson_inference import BatchPredictor, batch_predict, start_model_worker
@@ -21,7 +22,7 @@ def checkpoint_dir(tmp_path_factory):
 
     # as lesson 05 hands it over: a ray.train.Checkpoint
     return ray.train.Checkpoint.from_directory(
-        str(inference.placeholder_checkpoint(tmp_path_factory.mktemp("ckpt")))
+        str(inference.placeholder_checkpoint(resolve_storage(), tmp_path_factory.mktemp("ckpt")))
     )
 
 

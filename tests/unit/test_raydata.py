@@ -71,8 +71,10 @@ def test_batch_without_needed_columns_is_a_clear_error(digits):
 def test_write_parquet_round_trip_and_rewrite_replaces(tmp_path, digits):
     images, labels = digits
     path = tmp_path / "digits.parquet"
-    raydata.write_parquet(images, labels, path, num_files=3)
-    raydata.write_parquet(images, labels, path, num_files=3)  # again: replaced, not doubled
+    raydata.write_parquet(images, labels, path, num_files=3, store=resolve_storage())
+    raydata.write_parquet(
+        images, labels, path, num_files=3, store=resolve_storage()
+    )  # again: replaced, not doubled
     files = sorted(path.glob("*.parquet"))
     assert len(files) == 3
     table = pq.read_table(path)
@@ -88,7 +90,7 @@ def test_write_parquet_layout_is_fixed_size_and_uncompressed(tmp_path, digits):
     compression, no dictionary page; rows still come back as bytes for the per-row transform."""
     images, labels = digits
     path = tmp_path / "digits.parquet"
-    raydata.write_parquet(images[:64], labels[:64], path, num_files=1)
+    raydata.write_parquet(images[:64], labels[:64], path, num_files=1, store=resolve_storage())
     (file,) = sorted(path.glob("*.parquet"))
     meta = pq.ParquetFile(file).metadata
     assert meta.num_row_groups == 1
@@ -104,9 +106,11 @@ def test_write_parquet_layout_is_fixed_size_and_uncompressed(tmp_path, digits):
 def test_write_parquet_rejects_bad_shapes(tmp_path, digits):
     images, labels = digits
     with pytest.raises(ValueError) as wrong_shape:
-        raydata.write_parquet(images.reshape(len(images), -1), labels, tmp_path / "a")
+        raydata.write_parquet(
+            images.reshape(len(images), -1), labels, tmp_path / "a", store=resolve_storage()
+        )
     with pytest.raises(ValueError) as wrong_count:
-        raydata.write_parquet(images, labels[:-1], tmp_path / "b")
+        raydata.write_parquet(images, labels[:-1], tmp_path / "b", store=resolve_storage())
     assert "[N, 28, 28]" in str(wrong_shape.value)
     assert "labels" in str(wrong_count.value)
 
@@ -120,7 +124,7 @@ def test_write_parquet_replaces_only_a_folder_the_course_wrote(tmp_path, digits,
     (foreign / "chapter1.tex").write_text("precious")
     teammate = tmp_path / "bob-digits.parquet"
     monkeypatch.setenv("COURSE_LEARNER", "bob")
-    raydata.write_parquet(images, labels, teammate, num_files=2)
+    raydata.write_parquet(images, labels, teammate, num_files=2, store=resolve_storage())
     monkeypatch.setenv("COURSE_LEARNER", "alice")
     a_file = tmp_path / "notes.txt"
     a_file.write_text("keep")
@@ -130,33 +134,35 @@ def test_write_parquet_replaces_only_a_folder_the_course_wrote(tmp_path, digits,
         (a_file, "is a file"),
     ):
         with pytest.raises(CleanupRefused) as info:
-            raydata.write_parquet(images, labels, path)
+            raydata.write_parquet(images, labels, path, store=resolve_storage())
         assert "Refusing to replace" in str(info.value) and says in str(info.value)
     assert (foreign / "chapter1.tex").read_text() == "precious" and len(list(foreign.iterdir())) == 1
     assert len(list(teammate.glob("*.parquet"))) == 2 and a_file.read_text() == "keep"
 
     empty = tmp_path / "empty"  # an empty folder has nothing to lose: written into
     empty.mkdir()
-    raydata.write_parquet(images, labels, empty, num_files=2)
+    raydata.write_parquet(images, labels, empty, num_files=2, store=resolve_storage())
     assert read_owner(pafs.LocalFileSystem(), str(empty))["kind"] == "parquet"
     assert pq.read_table(empty).num_rows == len(labels)  # the record is not read as data
 
 
 def test_export_mnist_parquet_replicates_under_storage(storage, mnist_root):
-    path = raydata.export_mnist_parquet("train", 100, replicate=3, data_root=mnist_root)
+    path = raydata.export_mnist_parquet(
+        "train", 100, replicate=3, data_root=mnist_root, store=resolve_storage()
+    )
     assert path.startswith(str(storage))
     table = pq.read_table(path)
     assert table.num_rows == 300
     labels = table.column("label").to_numpy()
     np.testing.assert_array_equal(labels[:100], data.raw_arrays(True, 100, mnist_root)[1])
     with pytest.raises(ValueError):
-        raydata.export_mnist_parquet("validation", 10, data_root=mnist_root)
+        raydata.export_mnist_parquet("validation", 10, data_root=mnist_root, store=resolve_storage())
 
 
 def test_read_digits_missing_path_names_it(tmp_path):
     missing = tmp_path / "nowhere.parquet"
     with pytest.raises(FileNotFoundError) as info:
-        raydata.read_digits(missing)
+        raydata.read_digits(missing, store=resolve_storage())
     assert str(missing) in str(info.value)
     assert "export_mnist_parquet" in str(info.value)
 
@@ -167,7 +173,7 @@ def test_read_digits_wrong_columns_fails_before_ray(tmp_path):
     table = pa.table({"pixels": pa.array([b"x" * 784]), "target": pa.array([1], type=pa.int64())})
     pq.write_table(table, path / "part-000.parquet")
     with pytest.raises(batch_format.DatasetColumnsError) as info:
-        raydata.read_digits(path)
+        raydata.read_digits(path, store=resolve_storage())
     assert "missing ['image', 'label']" in str(info.value)
     assert "pixels" in str(info.value)
 
@@ -283,15 +289,19 @@ def test_parquet_paths_under_s3_storage_use_the_course_filesystem(monkeypatch):
 
     monkeypatch.setenv("COURSE_STORAGE", "s3://bucket/prefix")
     monkeypatch.setenv("COURSE_S3_ENDPOINT", "http://127.0.0.1:9")
-    fs, inner = raydata.location(raydata.default_parquet_path("train", 10))
+    fs, inner = raydata.location(
+        raydata.default_parquet_path("train", 10, store=resolve_storage()), store=resolve_storage()
+    )
     assert isinstance(fs, pafs.S3FileSystem)
     assert inner == f"bucket/prefix/{config.learner_folder()}/datasets/mnist-train-10.parquet"
 
 
 def test_read_blocks_is_one_block_per_parquet_file(tmp_path, digits):
     images, labels = digits
-    path = raydata.write_parquet(images, labels, tmp_path / "digits.parquet", num_files=3)
-    assert raydata.read_blocks(path) == 3
+    path = raydata.write_parquet(
+        images, labels, tmp_path / "digits.parquet", num_files=3, store=resolve_storage()
+    )
+    assert raydata.read_blocks(path, store=resolve_storage()) == 3
 
 
 def test_configure_data_context_uses_the_pre_260_parquet_reader_quietly():
