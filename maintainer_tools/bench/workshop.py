@@ -33,11 +33,12 @@ LEARNER = textwrap.dedent(
     started = time.time()
     from course_utils.core import config, session, training
     from course_utils.core.progress import fit_progress
+    from course_utils.lesson_code import train_loop_per_worker
 
-    session.start_ray(verbose=False, log_to_driver=False)
+    store = session.start_ray(verbose=False, log_to_driver=False).storage
     profile = config.SMOKE.with_(epochs=int(sys.argv[1]))
     trainer = training.make_trainer(
-        "bench-workshop", profile, num_workers=profile.num_workers, store=resolve_storage(), train_loop=train_loop_per_worker
+        "bench-workshop", profile, num_workers=profile.num_workers, store=store, train_loop=train_loop_per_worker
     )
     with fit_progress(trainer, total=profile.epochs) as bar:
         trainer.fit()

@@ -527,12 +527,12 @@ LOST_HOST_FIT = """
 import json, sys, threading, time
 import ray
 from ray.util.state import list_actors
-from course_utils.core import checkpoints, config, session, storage
+from course_utils.core import checkpoints, config, session
 from course_utils.lesson04 import resumable
 from maintainer_tools import fits
 
 name, head_ip = sys.argv[1:]
-session.start_ray(verbose=False)
+store = session.start_ray(verbose=False).storage
 job = ray.get_runtime_context().get_job_id()
 tiny = config.SMOKE.with_(epochs=2, train_size=2048, test_size=200, batch_size=64)
 trainer = fits.make_trainer_mid_epoch(
@@ -541,7 +541,7 @@ trainer = fits.make_trainer_mid_epoch(
 noticed = {}
 
 def watch():
-    while not storage.resolve().reported_checkpoints(name):
+    while not store.reported_checkpoints(name):
         time.sleep(0.3)
     ranks = list_actors(filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE"),
                                  ("job_id", "=", job)], raise_on_missing_output=False)
@@ -656,12 +656,12 @@ def submit_lesson02_job(hosts: Hosts, env: dict[str, str], timeout_s: float = 90
 # asks for the storage as lesson 02's RunConfig cell does; the course's sentence, and the seconds that took.
 LOCAL_STORAGE_DRIVER = """
 import json, time
-from course_utils.core import session, storage
+from course_utils.core import session
 from course_utils.core.config import CourseConfigError
-session.start_ray(verbose=False)
+store = session.start_ray(verbose=False).storage
 started = time.perf_counter()
 try:
-    storage.resolve().for_ray()
+    store.for_ray()
     said = None
 except CourseConfigError as err:
     said = str(err)
@@ -670,7 +670,7 @@ print("RESULT " + json.dumps({"said": said, "seconds": time.perf_counter() - sta
 
 
 def refuse_local_storage(hosts: Hosts) -> tuple[str | None, float]:
-    """What ``storage.resolve().for_ray()`` says to a driver on the head host with a local COURSE_STORAGE, and
+    """What ``ray_session.storage.for_ray()`` says to a driver on the head host with a local COURSE_STORAGE, and
     how long deciding took (a probe file and a zero-CPU task on each other node)."""
     folder = hosts.head.tmp / "local-storage"
     out = hosts.python(LOCAL_STORAGE_DRIVER, hosts.learner_env(storage=str(folder), COURSE_LEARNER="probe"))

@@ -40,10 +40,10 @@ TEAMMATE_SESSION = textwrap.dedent(
     f"""
     import sys
     import ray
-    from course_utils.core import session, storage
+    from course_utils.core import session
 
-    session.start_ray(verbose=False, log_to_driver=False)
-    fs, root = storage.resolve().learner_filesystem()  # <prefix>/course-teammate, with its owner record
+    store = session.start_ray(verbose=False, log_to_driver=False).storage
+    fs, root = store.learner_filesystem()  # <prefix>/course-teammate, with its owner record
     fs.create_dir(f"{{root}}/lesson02-resnet18")
     with fs.open_output_stream(f"{{root}}/lesson02-resnet18/result.json") as f:
         f.write(b'{{"teammate": "my run"}}')

@@ -53,10 +53,10 @@ FIT = textwrap.dedent(
     from course_utils.core.progress import fit_progress
     from course_utils.lesson_code import train_loop_per_worker
 
-    session.start_ray(verbose=False)
+    store = session.start_ray(verbose=False).storage
     tiny = config.SMOKE.with_(epochs=1, train_size=256, test_size=64, batch_size=64)
     trainer = training.make_trainer(
-        "busy-cluster", tiny, num_workers=2, store=resolve_storage(), train_loop=train_loop_per_worker
+        "busy-cluster", tiny, num_workers=2, store=store, train_loop=train_loop_per_worker
     )
     with fit_progress(trainer, total=tiny.epochs):
         started = time.time()
