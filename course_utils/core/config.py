@@ -184,11 +184,6 @@ def learner() -> str:
     return raw
 
 
-def learner_folder() -> str:
-    """``course-<learner>``: this learner's folder inside ``COURSE_STORAGE``."""
-    return f"{COURSE_PREFIX}{learner()}"
-
-
 # Course actors' names start with it (lesson 05's model worker and pool), which is how lesson 06 finds them.
 ACTOR_PREFIX = "course-"
 

@@ -47,7 +47,7 @@ def test_getters_create_nothing(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(target))
     monkeypatch.setenv("COURSE_DATA", str(tmp_path / "d"))
     assert config.storage_root() == str(target.resolve())
-    assert storage.resolve().mine == str(target.resolve() / config.learner_folder())
+    assert storage.resolve().mine == str(target.resolve() / storage.resolve().folder)
     assert config.data_root() == (tmp_path / "d").resolve()
     assert list(tmp_path.iterdir()) == []
 
@@ -58,7 +58,7 @@ def test_preparing_storage_creates_the_learners_folder(tmp_path, monkeypatch):
     mine = storage.resolve().prepare()
     assert mine == storage.resolve().mine
     assert (Path(mine) / storage.OWNER_FILE).is_file()
-    assert sorted(p.name for p in target.iterdir()) == [config.learner_folder()]  # no probe left behind
+    assert sorted(p.name for p in target.iterdir()) == [storage.resolve().folder]  # no probe left behind
 
 
 def test_storage_root_keeps_uris(monkeypatch):
@@ -87,10 +87,10 @@ def test_data_root_from_env(tmp_path, monkeypatch):
 def test_local_output_dir_local_and_remote(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "s"))
     out = storage.resolve().local_output_dir("x")
-    assert out == (tmp_path / "s" / config.learner_folder() / "x").resolve() and out.is_dir()
+    assert out == (tmp_path / "s" / storage.resolve().folder / "x").resolve() and out.is_dir()
     monkeypatch.setenv("COURSE_STORAGE", "s3://b/p")
     monkeypatch.setattr(storage, "build_root", lambda: tmp_path / "build")
-    assert storage.resolve().local_output_dir("x") == tmp_path / "build" / config.learner_folder() / "x"
+    assert storage.resolve().local_output_dir("x") == tmp_path / "build" / storage.resolve().folder / "x"
     # two learners on one checkout (a workshop machine) never share a local output folder
     monkeypatch.setenv("COURSE_LEARNER", "someone-else")
     assert storage.resolve().local_output_dir("x") == tmp_path / "build" / "course-someone-else" / "x"

@@ -19,7 +19,7 @@ def test_learner_defaults_to_the_os_user(monkeypatch):
     monkeypatch.delenv("COURSE_LEARNER", raising=False)
     monkeypatch.setattr(getpass, "getuser", lambda: "jdoe")
     assert config.learner() == "jdoe"
-    assert config.learner_folder() == "course-jdoe" == config.learner_namespace()
+    assert storage.resolve().folder == "course-jdoe" == config.learner_namespace()
 
 
 def test_learner_from_env(monkeypatch):
@@ -55,7 +55,7 @@ def test_an_unusable_os_user_name_asks_for_course_learner(monkeypatch):
 def test_learner_has_no_side_effects(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_STORAGE", str(tmp_path / "s"))
     monkeypatch.setenv("COURSE_LEARNER", "alice")
-    assert config.learner() == "alice" and config.learner_folder() == "course-alice"
+    assert config.learner() == "alice" and storage.resolve().folder == "course-alice"
     assert not (tmp_path / "s").exists()
 
 

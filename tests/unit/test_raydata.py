@@ -293,7 +293,7 @@ def test_parquet_paths_under_s3_storage_use_the_course_filesystem(monkeypatch):
         raydata.default_parquet_path("train", 10, store=resolve_storage()), store=resolve_storage()
     )
     assert isinstance(fs, pafs.S3FileSystem)
-    assert inner == f"bucket/prefix/{config.learner_folder()}/datasets/mnist-train-10.parquet"
+    assert inner == f"bucket/prefix/{resolve_storage().folder}/datasets/mnist-train-10.parquet"
 
 
 def test_read_blocks_is_one_block_per_parquet_file(tmp_path, digits):

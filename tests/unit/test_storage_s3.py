@@ -18,7 +18,7 @@ def test_s3_uri_with_endpoint_gives_bucket_path_and_s3_filesystem(monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     path, fs = st.resolve().for_ray()
-    assert path == f"my-bucket/course/{config.learner_folder()}"
+    assert path == f"my-bucket/course/{st.resolve().folder}"
     assert isinstance(fs, pafs.S3FileSystem)
     settings = fs.__reduce__()[1][0]  # what travels to the workers with the filesystem
     assert settings["endpoint_override"] == "127.0.0.1:9000" and settings["scheme"] == "http"
