@@ -51,13 +51,11 @@ class LessonItem(NotebookItem):
         from maintainer_tools.harness.notebook_runs import (
             alarming_output,
             progress_text_not_final,
-            run_lesson,
             unexplained_red_lines,
         )
+        from maintainer_tools.harness.tiers import LAPTOP_TIER, run_lesson
 
-        result = run_lesson(
-            Path(self.filename), "lessons", answered=True, timeout_s=self.config.option.nbmake_timeout
-        )
+        result = run_lesson(Path(self.filename), LAPTOP_TIER, timeout_s=self.config.option.nbmake_timeout)
         if result.error is not None:
             raise NotebookFailedException(result)
         missing = answered.unanswered(result.nb)

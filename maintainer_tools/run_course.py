@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from course_utils.core.config import REPO_ROOT, build_root, profile_name
+from nbconvert import HTMLExporter
 
-KERNEL = "ray-train-course"
+from course_utils.core.config import REPO_ROOT, build_root, profile_name
+from maintainer_tools.answered import ANSWERED_HEADING
+from maintainer_tools.harness.tiers import course, run_lesson
 
 
 def lessons(selected: list[str] | None = None, root: Path = REPO_ROOT) -> list[Path]:
@@ -107,8 +109,6 @@ def reading_parts(executed: Path) -> tuple[Reading, Reading]:
     The main path is everything before the first "Exercise" or "Going further" heading. The answered
     exercises a test run appends (``answered.ANSWERED_HEADING``) are not the lesson: the count stops there,
     so a test run's copy and ``./build.sh course``'s read the same."""
-    from maintainer_tools.answered import ANSWERED_HEADING
-
     main, rest = Reading(), Reading()
     part = main
     for cell in json.loads(Path(executed).read_text())["cells"]:
@@ -156,60 +156,40 @@ def one_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def first_error_line(nb: Any, error: BaseException) -> str:
+def first_error_line(nb: Any, summary: str) -> str:
     """Where and why a lesson stopped, in one line: the failing cell's ``# NN. Title`` line (when it
-    has one) and ``ErrorName: message``. Cells tagged ``raises-exception`` fail on purpose: skipped."""
-    where = ""
+    has one) and ``ErrorName: message``; with no cell showing an error (a timeout, a dead kernel), the
+    run's ``summary``. Cells tagged ``raises-exception`` fail on purpose: skipped."""
     for cell in nb.get("cells", []):
         if cell.get("cell_type") != "code" or "raises-exception" in cell.get("metadata", {}).get("tags", []):
             continue
-        if any(out.get("output_type") == "error" for out in cell.get("outputs", [])):
+        errors = [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+        if errors:
             first = one_line(cell.get("source", ""))
             where = f"{first[2:]}: " if first.startswith("# ") else ""
-            break
-    ename, evalue = getattr(error, "ename", None), getattr(error, "evalue", None)
-    what = (
-        f"{ename}: {one_line(evalue or '')}" if ename else f"{type(error).__name__}: {one_line(str(error))}"
-    )
-    return one_line(where + what)
+            return one_line(f"{where}{errors[0].get('ename')}: {one_line(errors[0].get('evalue', ''))}")
+    return one_line(ANSI.sub("", summary))
 
 
 def execute(path: Path, out_dir: Path, timeout_s: int) -> float:
-    """Run one notebook in a fresh kernel; save the executed copy and its HTML; return seconds.
+    """Run one notebook in a fresh kernel (``tiers.run_lesson``, the course tier); save the executed
+    copy (``out_dir/notebooks``) and its HTML; return seconds.
 
-    The kernel process's own stderr (Ray's native logs, jupyter's warnings, a stack dump when
-    the kernel is stopped) goes to ``build/logs/<lesson>.kernel.log``, not the terminal: what the
+    The kernel process's own stderr (Ray's native logs, jupyter's warnings, a stack dump when the
+    kernel is stopped) goes to ``out_dir/logs/course-<lesson>.kernel.log``, not the terminal: what the
     notebook prints is in its executed copy.
     """
-    import nbformat
-    from nbclient import NotebookClient
-    from nbconvert import HTMLExporter
-
-    nb = nbformat.read(path, as_version=4)
-    (out_dir / "logs").mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    error = None
-    with open(out_dir / "logs" / f"{path.stem}.kernel.log", "w") as kernel_log:
-        client = NotebookClient(
-            nb, timeout=timeout_s, kernel_name=KERNEL, resources={"metadata": {"path": str(path.parent)}}
-        )
-        try:
-            client.execute(stderr=kernel_log)
-        except Exception as exc:  # keep the partly executed copy: it shows where it failed
-            error = exc
-    seconds = time.perf_counter() - start
-    (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
+    run = run_lesson(path, course(out_dir), timeout_s=timeout_s)
     (out_dir / "html").mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, out_dir / "notebooks" / path.name)
-    body, _ = HTMLExporter().from_notebook_node(nb)
+    body, _ = HTMLExporter().from_notebook_node(run.nb)
     (out_dir / "html" / f"{path.stem}.html").write_text(body)
-    if error is not None:
+    if run.error is not None:
         raise LessonFailed(
-            f"{path.name} failed after {seconds:.0f} s; see {out_dir / 'html' / (path.stem + '.html')}",
-            seconds=seconds,
-            first_line=first_error_line(nb, error),
-        ) from error
-    return seconds
+            f"{path.name} failed after {run.seconds:.0f} s; see {out_dir / 'html' / (path.stem + '.html')}",
+            seconds=run.seconds,
+            first_line=first_error_line(run.nb, run.error.summary),
+        )
+    return run.seconds
 
 
 def write_index(out_dir: Path, runs: list[LessonRun]) -> Path:

@@ -21,8 +21,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import time
-from dataclasses import dataclass
 from importlib.metadata import Distribution, distribution
 from pathlib import Path
 
@@ -30,6 +28,8 @@ from packaging.requirements import Requirement
 
 from course_utils.core.install import normalise
 from maintainer_tools.checkout import REPO_ROOT
+from maintainer_tools.harness import tiers
+from maintainer_tools.harness.tiers import LessonRun, colab_shaped
 
 # What a Colab runtime has before a lesson runs (the issue's list), by distribution name.
 STACK = (
@@ -51,22 +51,6 @@ KERNEL = "colab-shaped"
 # trains lesson 02's run first) runs at each push on the GPU-shaped tier; every lesson's cells run in the
 # laptop and hosts tiers.
 CI_LESSONS = ("06",)
-EXECUTE = """
-import sys, nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
-path, timeout = sys.argv[1], int(sys.argv[2])
-nb = nbformat.read(path, as_version=4)
-client = NotebookClient(nb, kernel_name=sys.argv[3], timeout=timeout, resources={"metadata": {"path": sys.argv[4]}})
-try:
-    client.execute()
-    status = 0
-except CellExecutionError as error:
-    print(str(error)[-4000:], file=sys.stderr)
-    status = 1
-nbformat.write(nb, path)
-sys.exit(status)
-"""
 
 
 def stack_closure(names: tuple[str, ...] = STACK) -> dict[str, Distribution]:
@@ -148,64 +132,41 @@ def build_wheel(out: Path) -> Path:
     return next(out.glob("course_utils-*.whl"))
 
 
-@dataclass
-class ColabRun:
-    """One lesson run: its executed copy, whether every cell ran, and the seconds it took."""
-
-    notebook: Path
-    ok: bool
-    error: str
-    seconds: float
-
-    def home_files(self) -> list[str]:
-        """What was written in the kernel's own home, outside a hidden folder (.cache, .config: the
-        libraries' caches): a lesson's output there would have landed outside its folder."""
-        home = self.notebook.parent.parent / "home"
-        return sorted(
-            str(p.relative_to(home))
-            for p in home.rglob("*")
-            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(home).parts)
-        )
-
-    def outputs(self, stream: str = "stdout") -> str:
-        nb = json.loads(self.notebook.read_text())
-        return "".join(
-            "".join(out.get("text", ""))
-            for cell in nb["cells"]
-            for out in cell.get("outputs", [])
-            if out.get("name") == stream
-        )
+def home_files(root: Path) -> list[str]:
+    """What a run at ``root`` wrote in the kernel's own home, outside a hidden folder (.cache, .config:
+    the libraries' caches): a lesson's output there would have landed outside its folder."""
+    home = root / "home"
+    return sorted(
+        str(p.relative_to(home))
+        for p in home.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(home).parts)
+    )
 
 
-def run_lesson(lesson: Path, root: Path, wheel: Path, *, timeout_s: int = 900) -> ColabRun:
+def run_lesson(lesson: Path, root: Path, wheel: Path, *, timeout_s: int = 900) -> LessonRun:
     """``lesson`` alone in ``root/content`` (an empty folder), run in a fresh Colab-shaped venv at
     ``root/venv`` with the course installed by the lesson's install cell from ``wheel``."""
     python = make_venv(root / "venv")
-    content = root / "content"
-    content.mkdir(parents=True)
-    notebook = content / lesson.name
-    shutil.copy2(lesson, notebook)
-    kernels = root / "jupyter" / "kernels" / KERNEL
-    kernels.mkdir(parents=True)
-    env = {
-        "COURSE_SOURCE": wheel.resolve().as_uri(),
-        "COURSE_PROFILE": os.environ.get("COURSE_PROFILE", "smoke"),  # "auto" on Colab: full with its GPU
-    }
-    (kernels / "kernel.json").write_text(
+    kernels = root / "jupyter" / "kernels"
+    (kernels / KERNEL).mkdir(parents=True)
+    (kernels / KERNEL / "kernel.json").write_text(
         json.dumps(
             {
                 "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                 "display_name": "Colab-shaped",
                 "language": "python",
-                "env": env,
+                "env": {
+                    "COURSE_SOURCE": wheel.resolve().as_uri(),
+                    # "auto" on Colab: full with its GPU
+                    "COURSE_PROFILE": os.environ.get("COURSE_PROFILE", "smoke"),
+                },
             }
         )
     )
-    # A clean environment: nothing of the course's venv or settings, only where the kernel spec is.
+    # A clean environment: nothing of the course's venv or settings.
     keep = ("HOME", "LANG", "PATH", "USER", "LOGNAME", "PIP_CACHE_DIR", "RAY_TMPDIR")
     clean = {k: v for k, v in os.environ.items() if k in keep or k.startswith(("PIP_", "LC_"))}
     clean["PATH"] = os.pathsep.join(p for p in clean.get("PATH", "").split(os.pathsep) if ".venv" not in p)
-    clean["JUPYTER_PATH"] = str(root / "jupyter")
     # A home of its own, so that whatever the lesson writes outside its folder shows up (``home_files``);
     # pip's cache stays the machine's, as Colab's stays between sessions of a runtime.
     clean["PIP_CACHE_DIR"] = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
@@ -214,13 +175,6 @@ def run_lesson(lesson: Path, root: Path, wheel: Path, *, timeout_s: int = 900) -
     # pip as on Colab: the package index alone, not this machine's pip.conf (its local index folders
     # are warned about, one line per package, in the install cell's summary).
     clean["PIP_CONFIG_FILE"] = os.devnull
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", EXECUTE, str(notebook), str(timeout_s), KERNEL, str(content)],
-        env=clean,
-        cwd=content,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s * 3,
-    )
-    return ColabRun(notebook, done.returncode == 0, done.stderr[-4000:], time.monotonic() - started)
+    tier = colab_shaped(root, kernel=KERNEL, env=clean)
+    tier.out_dir.mkdir(parents=True)
+    return tiers.run_lesson(lesson, tier, timeout_s=timeout_s)

@@ -1,8 +1,6 @@
-"""Run a lesson the way the tests do: nbmake's runner, executed copy kept under ``build/tests``.
-
-``answered=True`` runs the lesson as shipped and then, in the same kernel, each exercise cell
-with its published solution pasted in (``maintainer_tools.answered``), as a learner would.
-"""
+"""What the tiers share about a lesson's run besides running it (``tiers.run_lesson``): the paths a learner
+takes, which lessons a tier runs at each push, and what in an executed lesson a learner would read as
+"it broke" (red lines, tracebacks, unfinished progress bars) or as unexplained red output."""
 
 from __future__ import annotations
 
@@ -13,12 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-import nbformat
-from nbmake.nb_result import NotebookResult
-from nbmake.nb_run import NotebookRun
-
-from course_utils.core.config import build_root
-from maintainer_tools.answered import answered_notebook
 from maintainer_tools.docsite import WIDGET_STATE, WIDGET_VIEW
 from maintainer_tools.run_course import lessons
 
@@ -56,25 +48,6 @@ def tier_lessons(variable: str, numbers: tuple[str, ...]) -> list[Path]:
     """The lessons a tier runs: those numbered in ``numbers``, or all six when ``variable`` is ``all``
     (the weekly runs set it)."""
     return at_each_push(variable, LESSONS, lambda p: p.name[:2] in numbers)
-
-
-def run_lesson(path: Path, label: str, *, answered: bool, timeout_s: int = 600) -> NotebookResult:
-    """Execute ``path`` in a fresh course kernel; the executed copy is ``build/tests/<label>/<name>``."""
-    nb = answered_notebook(path) if answered else nbformat.read(str(path), as_version=4)
-    out_dir = build_root() / "tests" / label
-    out_dir.mkdir(parents=True, exist_ok=True)
-    copy = out_dir / Path(path).name
-    nbformat.write(nb, str(copy))
-    result = NotebookRun(copy, timeout_s).execute()  # the kernel the notebook names: the course's
-    nbformat.write(result.nb, str(copy))
-    return result
-
-
-def error_text(result: NotebookResult) -> str:
-    """The failing cell's summary and traceback, for an assertion message."""
-    if result.error is None:
-        return ""
-    return f"cell {result.error.failing_cell_index}: {result.error.summary}\n{result.error.trace[-4000:]}"
 
 
 # ------------------------------------------------------------ what a learner reads as "it broke"

@@ -65,8 +65,8 @@ from maintainer_tools.harness.notebook_runs import (
     every_lesson,
     tier_lessons,
 )
+from maintainer_tools.harness.tiers import KERNEL
 from maintainer_tools.harness.workshop import check_others_left_alone, workshop  # noqa: F401 (workshop: a fixture)
-from maintainer_tools.run_course import KERNEL
 from tests.checkout import REPO_ROOT
 
 pytestmark = [
@@ -375,7 +375,7 @@ def _element_screenshot(page, element, path: Path) -> None:
 
 # While the browser's learner runs lessons 02 and 06 (and 05 in the weekly run of every lesson), other
 # learners of the workshop run the same lesson at the same moment, each in a process of their own (as
-# their own kernel would be), through nbmake's runner, against the same cluster, storage and MNIST copy.
+# their own kernel would be), through the runner every tier uses, against the same cluster, storage and MNIST copy.
 # At each push one more: two fits on the workshop's 4 slots, two cleanups that must each leave the
 # other's things. Weekly two more: three fits that need 6 slots, three lesson 05s whose model actors and
 # pools want the slots at once. One JSON line per lesson. (Four at once, one per slot, ran by hand:
@@ -385,11 +385,12 @@ AT_ONCE = {"02_ray_train_migration", "06_cleanup"} | ({"05_inference"} if EVERY_
 LEARNER_SESSION = """
 import json, sys, time
 from pathlib import Path
-from maintainer_tools.harness.notebook_runs import alarming_output, error_text, run_lesson
+from maintainer_tools.harness.notebook_runs import alarming_output
+from maintainer_tools.harness.tiers import WORKSHOP_TIER, error_text, run_lesson
 
 name = sys.argv[2]
 started = time.monotonic()
-result = run_lesson(Path("notebooks") / name, "workshop-" + sys.argv[1], answered=False, timeout_s=900)
+result = run_lesson(Path("notebooks") / name, WORKSHOP_TIER.named("workshop-" + sys.argv[1]), timeout_s=900)
 text = json.dumps(result.nb.cells, default=str)
 print("LESSON " + json.dumps({
     "seconds": round(time.monotonic() - started, 1), "error": error_text(result),

@@ -19,6 +19,7 @@ import pytest
 
 from maintainer_tools.harness import colab
 from maintainer_tools.harness.notebook_runs import COLAB, RAY_ON_STOP, alarming_output, tier_lessons
+from maintainer_tools.harness.tiers import error_text
 from tests.checkout import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.colab, pytest.mark.path(COLAB)]
@@ -46,10 +47,10 @@ def test_a_lesson_alone_installs_the_course_and_runs(lesson: Path, wheel: Path, 
     run = colab.run_lesson(lesson, tmp_path, wheel)
     content = tmp_path / "content"
     assert run.ok, (
-        f"{lesson.name} failed in a Colab-shaped venv (executed copy: {run.notebook}):\n{run.error}"
+        f"{lesson.name} failed in a Colab-shaped venv (executed copy: {run.copy}):\n{error_text(run)}"
     )
 
-    nb = nbformat.read(str(run.notebook), as_version=4)
+    nb = nbformat.read(str(run.copy), as_version=4)
     install = "".join(out.get("text", "") for out in nb.cells[1].outputs)
     assert install.startswith("Installed course_utils "), f"the install cell said: {install!r}"
     assert "kept this runtime's torch " in install and " and torchvision " in install, install
@@ -58,13 +59,15 @@ def test_a_lesson_alone_installs_the_course_and_runs(lesson: Path, wheel: Path, 
     alarming = alarming_output(nb, lesson.name)
     assert not alarming, f"{lesson.name} in a Colab-shaped venv:\n  " + "\n  ".join(alarming)
     # nbclient stopped the kernel at the end, as papermill does: nothing of Ray's C++ in its terminal
-    on_stop = [line for line in run.error.splitlines() if RAY_ON_STOP.search(line)]
+    on_stop = [line for line in run.terminal().splitlines() if RAY_ON_STOP.search(line)]
     assert not on_stop, f"{lesson.name}'s kernel, stopped, printed Ray's internals: {on_stop[:20]}"
 
     # What the lesson wrote is beside it (its data and storage folders), and nothing in the checkout.
     written = sorted(p.name for p in content.iterdir())
     if not lesson.name.startswith("06"):  # lesson 06 removes what the course wrote
         assert (content / "data" / "MNIST").is_dir() and (content / "storage").is_dir(), written
-    assert not run.home_files(), f"{lesson.name} wrote into the home folder: {run.home_files()}"
-    assert str(REPO_ROOT) not in run.outputs(), "a lesson alone printed a path inside the checkout"
+    assert not colab.home_files(tmp_path), (
+        f"{lesson.name} wrote into the home folder: {colab.home_files(tmp_path)}"
+    )
+    assert str(REPO_ROOT) not in run.printed(), "a lesson alone printed a path inside the checkout"
     assert _checkout_state() == before, "a lesson alone wrote into the checkout's data or storage folder"

@@ -38,13 +38,14 @@ SELECTED_LOSSES = at_each_push("COURSE_HOSTS_LOSSES", LOSSES, lambda how: how ==
 # hung rank's stack read on a worker host; its 3-4 minutes there kept CI within 50): every lesson on three hosts.
 SELECTED_LESSONS = tier_lessons("COURSE_HOSTS_LESSONS", ("02", "05", "06"))
 
-# A lesson run on the head host: the tests' own runner (nbmake's), executed copy in build/tests/hosts.
+# A lesson run on the head host: the one runner every tier uses, executed copy in build/tests/hosts.
 RUN_LESSON = textwrap.dedent(
     """
     import json, re, sys
     from pathlib import Path
-    from maintainer_tools.harness.notebook_runs import alarming_output, error_text, run_lesson
-    result = run_lesson(Path(sys.argv[1]), "hosts", answered=False, timeout_s=int(sys.argv[2]))
+    from maintainer_tools.harness.notebook_runs import alarming_output
+    from maintainer_tools.harness.tiers import HOSTS_TIER, error_text, run_lesson
+    result = run_lesson(Path(sys.argv[1]), HOSTS_TIER, timeout_s=int(sys.argv[2]))
     failed = result.error.failing_cell_index if result.error is not None else None
     print("RESULT " + json.dumps({
         "error": error_text(result)[-3000:],

@@ -20,13 +20,8 @@ import pytest
 
 from course_utils.internals.periodic import every
 from maintainer_tools.cluster import LocalCluster, NodeSpec
-from maintainer_tools.harness.notebook_runs import (
-    GPU_SHAPED,
-    LESSONS,
-    alarming_output,
-    error_text,
-    run_lesson,
-)
+from maintainer_tools.harness.notebook_runs import GPU_SHAPED, LESSONS, alarming_output
+from maintainer_tools.harness.tiers import GPU_SHAPED_TIER, error_text, run_lesson
 from tests.checkout import REPO_ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(GPU_SHAPED)]
@@ -87,7 +82,9 @@ def _run_on_cluster(gpus: int, stems: tuple[str, ...], monkeypatch) -> list[str]
                     seen[:] = [f"{time.strftime('%H:%M:%S')} {line}" for line in now]
 
             with every(look, 30.0, "waiting-actors"):
-                result = run_lesson(lesson, f"gpu-shaped-{gpus}", answered=False, timeout_s=CELL_TIMEOUT_S)
+                result = run_lesson(
+                    lesson, GPU_SHAPED_TIER.named(f"gpu-shaped-{gpus}"), timeout_s=CELL_TIMEOUT_S
+                )
             times.append(f"{lesson.stem[:2]} {time.monotonic() - started:.0f} s")
             if result.error is not None:
                 cell = result.nb.cells[result.error.failing_cell_index]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from nbmake.nb_run import NotebookRun
 
-from course_utils.core.config import build_root, get_profile
+from course_utils.core.config import get_profile
 from maintainer_tools import export
-from maintainer_tools.harness.notebook_runs import LAPTOP, LESSONS, error_text
+from maintainer_tools.harness.notebook_runs import LAPTOP, LESSONS
+from maintainer_tools.harness.tiers import EDITED_TIER, error_text, run_lesson
 
 pytestmark = [pytest.mark.integration, pytest.mark.path(LAPTOP)]
 
@@ -35,11 +35,8 @@ def test_an_edited_loop_cell_is_the_loop_lesson_02_fits(mnist_root, monkeypatch)
     fit = next(i for i, c in enumerate(nb.cells) if c.source.startswith(FIT_CELL))
     nb.cells = nb.cells[: fit + 1]  # setup through the fit: nothing after it is needed
 
-    copy = build_root() / "tests" / "edited-loop" / LESSON_02.name
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(copy))
-    result = NotebookRun(copy, 600).execute()
-    nbformat.write(result.nb, str(copy))
+    result = run_lesson(LESSON_02, EDITED_TIER, nb=nb)
+    copy = result.copy
     assert result.error is None, error_text(result)
 
     printed = "".join(o.get("text", "") for o in result.nb.cells[fit].outputs if o.output_type == "stream")

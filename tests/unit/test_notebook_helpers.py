@@ -4,6 +4,7 @@ from pathlib import Path
 from course_utils.core.notebook import show_source
 from course_utils.core.plan import per_worker_batch
 from maintainer_tools import run_course
+from maintainer_tools.harness import tiers
 
 
 def test_show_source_prints_outside_ipython(capsys, monkeypatch):
@@ -39,7 +40,7 @@ def test_index_links_lessons_with_times(tmp_path):
 def test_committed_notebooks_have_no_outputs_and_the_course_kernel():
     for path in run_course.lessons():
         nb = json.loads(path.read_text())
-        assert nb["metadata"]["kernelspec"]["name"] == run_course.KERNEL, path.name
+        assert nb["metadata"]["kernelspec"]["name"] == tiers.KERNEL, path.name
         for cell in nb["cells"]:
             if cell["cell_type"] == "code":
                 assert not cell["outputs"] and cell["execution_count"] is None, f"{path.name} has outputs"

@@ -200,7 +200,7 @@ def test_gpu_job_runs_every_notebook_in_the_full_profile_on_a_gpu_runner():
     assert {"self-hosted", "gpu"} <= set(job["runs-on"])
     assert job["env"]["COURSE_PROFILE"] == "full" and job["env"]["COURSE_TEST_PROFILE"] == "full"
     build = (REPO_ROOT / "build.sh").read_text()
-    # ./build.sh test is what runs the notebooks (nbmake's runner, conftest.py) with a per-notebook
+    # ./build.sh test is what runs the notebooks (tiers.run_lesson, conftest.py) with a per-notebook
     # and per-cell timeout.
     assert "targets=(tests notebooks)" in build and "--timeout=" in build and "--nbmake-timeout=" in build
 
