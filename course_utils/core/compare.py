@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Sequence
-from pathlib import Path
 
 import pandas as pd
 
@@ -26,12 +25,11 @@ def steady(rates: Sequence[float]) -> float:
     return statistics.median(rates[1:] if len(rates) > 1 else rates)
 
 
-def lesson01_history(where: Storage | Path) -> pd.DataFrame | None:
-    """Lesson 01's per-epoch metrics from its output folder (in ``where``'s storage, or the folder
-    ``where``), or None when lesson 01 has not run there."""
+def lesson01_history(store: Storage) -> pd.DataFrame | None:
+    """Lesson 01's per-epoch metrics from its output folder in ``store``, or None when lesson 01 has
+    not run there."""
     # only reads: a lesson run before lesson 01 creates no folder here
-    folder = where.local_output_path(LESSON01_OUTPUT) if isinstance(where, Storage) else where
-    path = Path(folder) / "metrics.csv"
+    path = store.local_output_path(LESSON01_OUTPUT) / "metrics.csv"
     return pd.read_csv(path) if path.exists() else None
 
 

@@ -294,6 +294,17 @@ class Storage:
             return mine, None
         return self.mine_path, self.filesystem
 
+    def locate(self, path: str | Path) -> tuple[pafs.FileSystem, str]:
+        """``(filesystem, path inside it)`` of any path a lesson reads, for ``read_parquet(path, filesystem=fs)``.
+        A path under ``s3://`` storage goes through ``filesystem``, so ``COURSE_S3_ENDPOINT`` applies (a bare
+        ``read_parquet("s3://...")`` would ask AWS instead); a local path is made absolute."""
+        path = str(path)
+        if "://" not in path:
+            return pafs.LocalFileSystem(), str(Path(path).resolve())
+        if path == self.root or path.startswith(self.root + "/"):
+            return self.filesystem, self.root_path.rstrip("/") + path[len(self.root) :]
+        return pafs.FileSystem.from_uri(path)
+
     def learner_filesystem(self, claim: bool = True) -> tuple[pafs.FileSystem, str]:
         """(pyarrow filesystem, path inside it) of this learner's folder: what ``for_ray`` gives Ray.
         With ``claim``, its ownership record is written if missing (once per process on remote storage)."""

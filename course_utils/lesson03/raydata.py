@@ -55,18 +55,6 @@ def read_blocks(path: str | Path, *, store: Storage) -> int:
 # --------------------------------------------------------------------------- Parquet export
 
 
-def location(path: str | Path, *, store: Storage) -> tuple[pafs.FileSystem, str]:
-    """``(filesystem, path inside it)`` of Parquet data, for ``read_parquet(path, filesystem=fs)``.
-    A path under an ``s3://`` course storage (``store``) goes through its ``Storage.filesystem``, so
-    ``COURSE_S3_ENDPOINT`` applies (a bare ``read_parquet("s3://...")`` would ask AWS instead)."""
-    path = str(path)
-    if "://" not in path:
-        return pafs.LocalFileSystem(), str(Path(path).resolve())
-    if path == store.root or path.startswith(store.root + "/"):
-        return store.filesystem, store.root_path.rstrip("/") + path[len(store.root) :]
-    return pafs.FileSystem.from_uri(path)
-
-
 def default_parquet_path(split: str = "train", rows: int | None = None, *, store: Storage) -> str:
     """Where the course keeps a Parquet copy of a split: in this learner's folder of the course
     storage, which every node of a cluster can read (a shared mount or ``s3://``)."""
@@ -89,7 +77,7 @@ def write_parquet(
     if len(labels) != len(images):
         raise ValueError(f"{len(images)} images but {len(labels)} labels.")
     path = str(path)
-    fs, root = location(path, store=store)
+    fs, root = store.locate(path)
     _clear_own_folder(fs, root, path)
     storage.write_owner(fs, root, "parquet")  # creates the folder
     if path.startswith(store.mine + "/"):
@@ -170,7 +158,7 @@ def export_mnist_parquet(
 
 def parquet_files(path: str | Path, *, store: Storage) -> list[tuple[str, int]]:
     """(file name, size in bytes) of each Parquet file under ``path`` (local or ``s3://``)."""
-    fs, root = location(str(path), store=store)
+    fs, root = store.locate(path)
     infos = fs.get_file_info(pafs.FileSelector(root))
     return sorted((i.base_name, i.size) for i in infos if i.base_name.endswith(".parquet"))
 
@@ -184,7 +172,7 @@ def read_digits(path: str | Path, *, store: Storage, shuffle_files: bool = False
     import ray.data
 
     path = str(path)
-    fs, root = location(path, store=store)
+    fs, root = store.locate(path)
     if fs.get_file_info(root).type == pafs.FileType.NotFound:
         raise FileNotFoundError(
             f"No Parquet data at {path}. Write it first with course_utils.lesson03.raydata.export_mnist_parquet()."

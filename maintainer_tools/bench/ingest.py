@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             progress=False,
         )
     finally:
-        fs, root = raydata.location(path, store=resolve_storage())
+        fs, root = resolve_storage().locate(path)
         if fs.get_file_info(root).type != pafs.FileType.NotFound:
             fs.delete_dir(root)
         if started_here:

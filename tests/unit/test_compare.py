@@ -42,7 +42,8 @@ def test_gpu_workers_are_said_to_bring_their_own_gpus():
 
 
 def test_without_lesson_01_the_run_says_how_to_compare(tmp_path):
-    assert compare.lesson01_history(tmp_path) is None
+    store = storage.Storage(str(tmp_path), "unit")
+    assert compare.lesson01_history(store) is None
     lines = compare.against_lesson01(
         _history(300, 390), None, workers=2, use_gpu=False, baseline=pd.DataFrame()
     )
@@ -50,8 +51,8 @@ def test_without_lesson_01_the_run_says_how_to_compare(tmp_path):
         "This run trained 390 images/s (all workers together). Run lesson 01 on this machine to see it "
         "beside plain PyTorch."
     ]
-    _history(1, 2).to_csv(tmp_path / "metrics.csv", index=False)
-    assert compare.lesson01_history(tmp_path)["images_per_s"].tolist() == [1, 2]
+    _history(1, 2).to_csv(store.local_output_dir(compare.LESSON01_OUTPUT) / "metrics.csv", index=False)
+    assert compare.lesson01_history(store)["images_per_s"].tolist() == [1, 2]
 
 
 def test_looking_for_lesson_01_creates_nothing(tmp_path, monkeypatch):

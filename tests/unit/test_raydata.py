@@ -284,14 +284,13 @@ def test_measure_ingest_accepts_batch_functions(digits):
     assert table["rows"].iloc[0] == len(labels)
 
 
-def test_parquet_paths_under_s3_storage_use_the_course_filesystem(monkeypatch):
+def test_parquet_paths_under_s3_storage_are_located_in_the_course_filesystem(monkeypatch):
     import pyarrow.fs as pafs
 
     monkeypatch.setenv("COURSE_STORAGE", "s3://bucket/prefix")
     monkeypatch.setenv("COURSE_S3_ENDPOINT", "http://127.0.0.1:9")
-    fs, inner = raydata.location(
-        raydata.default_parquet_path("train", 10, store=resolve_storage()), store=resolve_storage()
-    )
+    store = resolve_storage()
+    fs, inner = store.locate(raydata.default_parquet_path("train", 10, store=store))
     assert isinstance(fs, pafs.S3FileSystem)
     assert inner == f"bucket/prefix/{resolve_storage().folder}/datasets/mnist-train-10.parquet"
 

@@ -4,6 +4,7 @@ import torch
 from course_utils import lesson_code
 from course_utils.core import compare, config, data, plan, steps, training
 from course_utils.core.model import build_resnet18
+from course_utils.core.storage import Storage
 
 
 def test_per_worker_batch_splits_evenly():
@@ -39,12 +40,14 @@ def test_train_one_epoch_lowers_loss_and_evaluate_scores(mnist_root):
 
 def test_lesson_01s_loop_writes_metrics_and_model(mnist_root, tmp_path):
     profile = config.SMOKE.with_(epochs=2, train_size=256, test_size=64, batch_size=64)
-    rows = lesson_code.train_baseline(training.loop_config(profile, data_root=str(mnist_root)), str(tmp_path))
+    store = Storage(str(tmp_path), "unit")
+    output = store.local_output_dir(compare.LESSON01_OUTPUT)  # where lesson 01 writes it
+    rows = lesson_code.train_baseline(training.loop_config(profile, data_root=str(mnist_root)), str(output))
     assert [row["epoch"] for row in rows] == [0, 1]
     assert rows[1]["train_loss"] < rows[0]["train_loss"]
-    written = compare.lesson01_history(tmp_path)  # how lessons 02 and 03 read it back
+    written = compare.lesson01_history(store)  # how lessons 02 and 03 read it back
     assert written is not None and written["accuracy"].tolist() == [row["accuracy"] for row in rows]
-    assert torch.load(tmp_path / "model.pt", weights_only=True).keys() == build_resnet18().state_dict().keys()
+    assert torch.load(output / "model.pt", weights_only=True).keys() == build_resnet18().state_dict().keys()
 
 
 def test_loop_config_has_absolute_data_root(mnist_root):
