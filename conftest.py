@@ -57,6 +57,7 @@ class LessonItem(NotebookItem):
 
         result = run_lesson(Path(self.filename), LAPTOP_TIER, timeout_s=self.config.option.nbmake_timeout)
         if result.error is not None:
+            result.error.trace += f"\n\nThe kernel's own stderr (Ray's native logs): {result.kernel_log}"
             raise NotebookFailedException(result)
         missing = answered.unanswered(result.nb)
         if missing:
