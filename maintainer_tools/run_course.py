@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nbconvert import HTMLExporter
+from nbmake.nb_result import NotebookError
 
 from course_utils.core.config import REPO_ROOT, build_root, profile_name
 from maintainer_tools.answered import ANSWERED_HEADING
@@ -156,19 +157,19 @@ def one_line(text: str, limit: int = 200) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def first_error_line(nb: Any, summary: str) -> str:
+def first_error_line(nb: Any, error: NotebookError) -> str:
     """Where and why a lesson stopped, in one line: the failing cell's ``# NN. Title`` line (when it
-    has one) and ``ErrorName: message``; with no cell showing an error (a timeout, a dead kernel), the
-    run's ``summary``. Cells tagged ``raises-exception`` fail on purpose: skipped."""
-    for cell in nb.get("cells", []):
-        if cell.get("cell_type") != "code" or "raises-exception" in cell.get("metadata", {}).get("tags", []):
-            continue
-        errors = [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]
-        if errors:
-            first = one_line(cell.get("source", ""))
-            where = f"{first[2:]}: " if first.startswith("# ") else ""
-            return one_line(f"{where}{errors[0].get('ename')}: {one_line(errors[0].get('evalue', ''))}")
-    return one_line(ANSI.sub("", summary))
+    has one) and ``ErrorName: message``; when that cell shows no error (a timeout, a dead kernel), the
+    run's summary. The runner names the failing cell (``tiers.run_lesson``: never one tagged
+    ``raises-exception``, which fails on purpose)."""
+    cells = nb.get("cells", [])
+    cell = cells[error.failing_cell_index] if 0 <= error.failing_cell_index < len(cells) else {}
+    errors = [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+    if not errors:
+        return one_line(ANSI.sub("", error.summary))
+    first = one_line(cell.get("source", ""))
+    where = f"{first[2:]}: " if first.startswith("# ") else ""
+    return one_line(f"{where}{errors[0].get('ename')}: {one_line(errors[0].get('evalue', ''))}")
 
 
 def execute(path: Path, out_dir: Path, timeout_s: int) -> float:
@@ -187,7 +188,7 @@ def execute(path: Path, out_dir: Path, timeout_s: int) -> float:
         raise LessonFailed(
             f"{path.name} failed after {run.seconds:.0f} s; see {out_dir / 'html' / (path.stem + '.html')}",
             seconds=run.seconds,
-            first_line=first_error_line(run.nb, run.error.summary),
+            first_line=first_error_line(run.nb, run.error),
         )
     return run.seconds
 

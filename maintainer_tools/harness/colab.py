@@ -29,7 +29,7 @@ from packaging.requirements import Requirement
 from course_utils.core.install import normalise
 from maintainer_tools.checkout import REPO_ROOT
 from maintainer_tools.harness import tiers
-from maintainer_tools.harness.tiers import LessonRun, colab_shaped
+from maintainer_tools.harness.tiers import LessonRun, Tier
 
 # What a Colab runtime has before a lesson runs (the list), by distribution name.
 STACK = (
@@ -175,6 +175,9 @@ def run_lesson(lesson: Path, root: Path, wheel: Path, *, timeout_s: int = 900) -
     # pip as on Colab: the package index alone, not this machine's pip.conf (its local index folders
     # are warned about, one line per package, in the install cell's summary).
     clean["PIP_CONFIG_FILE"] = os.devnull
-    tier = colab_shaped(root, kernel=KERNEL, env=clean)
-    tier.out_dir.mkdir(parents=True)
+    # The lesson alone in an empty folder (``mkdir`` fails if it is not new), its kernel the venv's spec above
+    # with the clean environment alone.
+    content = root / "content"
+    content.mkdir(parents=True)
+    tier = Tier("colab", kernel=KERNEL, kernels=kernels, env=clean, folder=content)
     return tiers.run_lesson(lesson, tier, timeout_s=timeout_s)

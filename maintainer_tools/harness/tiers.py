@@ -3,7 +3,7 @@
 A tier is where a learner's path runs a lesson: the laptop with the exercises answered
 (``LAPTOP_TIER``), the hosts' head (``HOSTS_TIER``), a workshop learner beside the browser
 (``WORKSHOP_TIER``), a cluster that declares GPUs (``GPU_SHAPED_TIER``), a Colab-shaped venv
-(``colab_shaped``), ``./build.sh course`` (``course``). What
+(``harness.colab``), ``./build.sh course`` (``course``). What
 differs between them is data in ``Tier``: the folder the executed copy lands in (the kernel starts
 there), whether the published solutions are pasted in, and which kernel runs it with what environment.
 What places the run (a network namespace, a cluster, a browser) stays with each tier's harness; the run
@@ -72,14 +72,6 @@ def course(out_dir: Path) -> Tier:
     return Tier("course", folder=out_dir / "notebooks")
 
 
-def colab_shaped(root: Path, *, kernel: str, env: Mapping[str, str]) -> Tier:
-    """A lesson alone in ``root/content``, its kernel the spec ``kernel`` in ``root/jupyter/kernels`` (a
-    fresh venv's python) with ``env`` alone for environment (``harness.colab`` makes them)."""
-    return Tier(
-        "colab", kernel=kernel, kernels=root / "jupyter" / "kernels", env=env, folder=root / "content"
-    )
-
-
 @dataclass
 class LessonRun(NotebookResult):
     """What a run left: the executed notebook, its first error (nbmake's form: pytest's report shows the
@@ -133,22 +125,23 @@ def run_lesson(
     with open(kernel_log, "w") as log:
         try:
             client.execute(cwd=str(out_dir), stderr=log, cleanup_kc=True, **extra)
-        except CellTimeoutError as exc:
+        except (CellTimeoutError, DeadKernelError) as exc:  # the cell it stopped in shows no error
             index = next((i for i, c in enumerate(nb.cells) if _unfinished(c)), -1)
             error = NotebookError(str(exc).split("\n")[0], str(exc), index)
-        except (CellExecutionError, DeadKernelError) as exc:
+        except CellExecutionError as exc:
             error = _last_error(nb) or NotebookError(str(exc).split("\n")[0], str(exc), -1)
     nbformat.write(nb, str(copy))
     return LessonRun(nb, error, copy, time.monotonic() - started, kernel_log)
 
 
 def _unfinished(cell: NotebookNode) -> bool:
-    """A code cell the kernel never answered (the one a timeout stopped, or one after it)."""
+    """A code cell the kernel never answered (the one a timeout or a dead kernel stopped, or one after it)."""
     return cell.cell_type == "code" and "shell.execute_reply" not in cell.metadata.get("execution", {})
 
 
 def _last_error(nb: NotebookNode) -> NotebookError | None:
-    """The last cell that shows an error: its exception line, its source and traceback (as nbmake reports)."""
+    """The last cell that shows an error (cells tagged ``raises-exception``, which fail on purpose, come before
+    it: nbclient goes on after them): its exception line, its source and traceback (as nbmake reports)."""
     for index in reversed(range(len(nb.cells))):
         cell = nb.cells[index]
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbmake.nb_result import NotebookError
 
 from maintainer_tools import run_course
 from maintainer_tools.answered import ANSWERED_HEADING
@@ -63,7 +64,7 @@ def test_the_table_shows_each_lessons_last_passing_run_beside_this_one(monkeypat
     assert run_course.previous_times(tmp_path)[first] == 12.0  # the next run compares with this one
 
 
-def test_first_error_line_names_the_failing_section_and_skips_cells_failing_on_purpose():
+def test_first_error_line_names_the_failing_section_the_runner_found():
     nb = nbformat.v4.new_notebook()
     on_purpose = nbformat.v4.new_code_cell(
         "# 03. Retries run out\nfit()", metadata={"tags": ["raises-exception"]}
@@ -75,12 +76,14 @@ def test_first_error_line_names_the_failing_section_and_skips_cells_failing_on_p
     real.outputs = [nbformat.v4.new_output("error", ename="KeyError", evalue="'epoch'", traceback=[])]
     nb.cells = [nbformat.v4.new_code_cell("x = 1"), on_purpose, real]
 
-    assert run_course.first_error_line(nb, "KeyError: 'epoch'") == "05. Restore: KeyError: 'epoch'"
+    # the runner (tiers.run_lesson) names cell 2, not the one failing on purpose (tests/unit/test_tiers.py)
+    failed = NotebookError("KeyError: 'epoch'", "", 2)
+    assert run_course.first_error_line(nb, failed) == "05. Restore: KeyError: 'epoch'"
     # a timeout or a dead kernel leaves no error in a cell: the run's summary, first line, colours off
     summary = "\x1b[31mCellTimeoutError: cell ran 900 s\x1b[0m\nmore"
-    assert (
-        run_course.first_error_line(nbformat.v4.new_notebook(), summary) == "CellTimeoutError: cell ran 900 s"
-    )
+    timed_out = NotebookError(summary, summary, 0)
+    nb.cells = [nbformat.v4.new_code_cell("import time\ntime.sleep(1000)")]
+    assert run_course.first_error_line(nb, timed_out) == "CellTimeoutError: cell ran 900 s"
 
 
 @pytest.mark.parametrize(

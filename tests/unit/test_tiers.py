@@ -45,6 +45,26 @@ def test_a_failing_cell_is_named_with_its_error(tmp_path):
     )  # the copy shows where it stopped
 
 
+def test_a_cell_failing_on_purpose_is_not_the_failing_one(tmp_path):
+    on_purpose = nbformat.v4.new_code_cell(
+        "raise KeyError('on purpose')", metadata={"tags": ["raises-exception"]}
+    )
+    nb = _notebook("x = 1", "raise ValueError('boom')")
+    nb.cells.insert(1, on_purpose)
+    run = run_lesson(tmp_path / "07_tiny.ipynb", Tier("unit", folder=tmp_path), nb=nb, timeout_s=60)
+    assert not run.ok and run.error.failing_cell_index == 3, error_text(run)
+    assert "boom" in run.error.summary
+
+
+def test_a_dead_kernel_names_the_cell_it_died_in(tmp_path):
+    nb = _notebook("x = 1", "import os\nos._exit(1)", "print('never')")
+    nb.cells.insert(
+        1, nbformat.v4.new_code_cell("raise KeyError('on purpose')", metadata={"tags": ["raises-exception"]})
+    )
+    run = run_lesson(tmp_path / "07_tiny.ipynb", Tier("unit", folder=tmp_path), nb=nb, timeout_s=60)
+    assert not run.ok and run.error.failing_cell_index == 3, error_text(run)
+
+
 def test_a_cell_past_its_timeout_is_the_failing_one(tmp_path):
     nb = _notebook("x = 1", "import time\ntime.sleep(30)", "print('never')")
     run = run_lesson(tmp_path / "07_tiny.ipynb", Tier("unit", folder=tmp_path), nb=nb, timeout_s=3)
