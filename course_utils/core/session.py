@@ -198,6 +198,8 @@ def start_ray(
         rayinternals.quiet_token_auth_notice()
         # A kernel stopped by Jupyter (SIGTERM) prints no C++ stack (rayinternals says why and how).
         rayinternals.quiet_driver_stop_stack()
+        # Abseil's lock trace, which a Ray worker sometimes prints: nothing failed (rayinternals says why).
+        rayinternals.skip_abseil_mutex_trace()
         env = dict(COURSE_ENV, **(SMOKE_ENV if profile_name(profile) == "smoke" else {}))
         env[rayinternals.DATA_LOG_LEVEL_ENV] = logs.DATA_LOG_LEVEL  # Ray Data's INFO lines: its log folder
         for key, value in env.items():

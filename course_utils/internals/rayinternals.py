@@ -12,6 +12,7 @@ Nothing is imported at module level: a touchpoint imports Ray's module when it i
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 # --- Driver start-up -------------------------------------------------------------------------------
@@ -49,6 +50,37 @@ def quiet_driver_stop_stack() -> None:
     from ray._private import ray_constants
 
     ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+
+
+# Abseil's mutex event trace (absl/synchronization/mutex.cc, PostSynchEvent, compiled into _raylet.so): one
+# line per lock event of a mutex whose word carries Abseil's "event" bit, "[mutex.cc : 452] RAW: Lock blocking
+# 0x... @ 0x... 0x...", then "Lock returning" and "Unlock". Only the event names below; Abseil's real findings
+# ("Potential Mutex deadlock", "Check failed") read otherwise and still reach the notebook.
+ABSEIL_MUTEX_TRACE = (
+    r"^\[mutex\.cc : \d+\] RAW: (?:(?:Reader)?(?:TryLock succeeded|TryLock failed|Lock blocking|Lock returning)"
+    r"|(?:Reader)?Unlock|Wait on|Signal on|SignalAll on) 0x[0-9a-f]+"
+)
+
+
+def skip_abseil_mutex_trace() -> None:
+    """Keep Abseil's mutex event trace, printed by Ray worker processes, out of the driver's output.
+
+    Why: a Ray worker (a Ray Data read task, Ray Train's placement-group cleaner) sometimes prints
+    ``ABSEIL_MUTEX_TRACE`` lines on its stderr, which Ray forwards into the cell as red lines: seen on
+    clusters joined with ``RAY_ADDRESS`` and, on 2026-12-07, on a local Ray (lesson 03's Going further).
+    Nothing failed; Abseil logs at that level whatever its settings (raw logging, compiled in). Ray's
+    documented setting for lines a driver should not print is ``RAY_DEDUP_LOGS_SKIP_REGEX``, read when
+    Ray is imported into the driver's two log deduplicators; the course has imported Ray before
+    ``start_ray``, so the pattern goes to those deduplicators here, after a learner's own pattern. The
+    lines stay in the worker's log file. Checked on Ray 2.60.0.
+    """
+    from ray._private import ray_logging
+
+    for deduplicator in (ray_logging.stdout_deduplicator, ray_logging.stderr_deduplicator):
+        own = deduplicator.skip_re.pattern if deduplicator.skip_re else None
+        if own is not None and ABSEIL_MUTEX_TRACE in own:
+            continue
+        deduplicator.skip_re = re.compile(f"(?:{own})|{ABSEIL_MUTEX_TRACE}" if own else ABSEIL_MUTEX_TRACE)
 
 
 def worker_setup_hook_env_var() -> str:

@@ -240,3 +240,38 @@ def test_the_raylets_disk_guard_setting_and_its_line(monkeypatch, tmp_path):
     )
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
     assert rayinternals.default_temp_dir() == str(tmp_path / "ray"), f"moved in Ray {_version()}: {SEE}"
+
+
+def test_abseils_mutex_trace_is_skipped_by_the_drivers_deduplicators(monkeypatch):
+    from ray._private import ray_logging
+
+    for name in ("stdout_deduplicator", "stderr_deduplicator"):
+        deduplicator = getattr(ray_logging, name, None)
+        assert deduplicator is not None and hasattr(deduplicator, "skip_re"), (
+            f"ray._private.ray_logging.{name} moved in Ray {_version()} (skip_abseil_mutex_trace): {SEE}"
+        )
+        monkeypatch.setattr(deduplicator, "skip_re", re.compile("a learner's own"))
+    rayinternals.skip_abseil_mutex_trace()
+    rayinternals.skip_abseil_mutex_trace()  # twice in one kernel: the pattern once
+    deduplicator = ray_logging.stderr_deduplicator
+    assert deduplicator.skip_re.pattern.count("mutex") == 1
+    trace = [
+        "[mutex.cc : 452] RAW: Lock blocking 0x560237fc8440   @ 0x7f458fc2b1a2 0x7f458ecfb23c",
+        "[mutex.cc : 452] RAW: Lock returning 0x560237fc8440   @ 0x7f458fc2b1a2",
+        "[mutex.cc : 452] RAW: Unlock 0x55613d29fdd0   @ 0x7f458fc2b1a2",
+        "a learner's own noise",
+    ]
+    real = [
+        "[mutex.cc : 1384] RAW: Potential Mutex deadlock: ",
+        "[mutex.cc : 452] RAW: Check failed: deadlock",
+        "ValueError: Lock blocking 0x1",
+    ]
+    batch = {
+        "ip": "10.0.0.1",
+        "pid": 11912,
+        "task_name": "ReadParquet",
+        "is_err": True,
+        "lines": trace + real,
+    }
+    printed = [line for out in deduplicator.deduplicate(batch) for line in out["lines"]]
+    assert printed == real, f"Ray {_version()} no longer drops lines by skip_re: {SEE}"
